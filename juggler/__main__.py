@@ -1,0 +1,3 @@
+from juggler.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""Thin commands: parse, then call the HTTP API or start the server."""

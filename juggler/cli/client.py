@@ -1,0 +1,51 @@
+"""A small synchronous client of a running Juggler server, for the CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from juggler.config import Settings
+from juggler.errors import JugglerError
+
+
+class ServerError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Client:
+    def __init__(self, settings: Settings, timeout_s: float = 600.0) -> None:
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        self.base = f"http://{host}:{settings.port}"
+        headers = {}
+        if settings.api_key:
+            headers["Authorization"] = f"Bearer {settings.api_key}"
+        self.admin_key = settings.admin_api_key
+        self.http = httpx.Client(base_url=self.base, headers=headers, timeout=timeout_s)
+
+    def _check(self, response: httpx.Response) -> Any:
+        try:
+            data = response.json()
+        except ValueError:
+            data = {}
+        if response.status_code >= 400:
+            err = data.get("error", {}) if isinstance(data, dict) else {}
+            message = err.get("message") if isinstance(err, dict) else None
+            raise ServerError(response.status_code, message or response.text)
+        return data
+
+    def get(self, path: str) -> Any:
+        return self._check(self.http.get(path))
+
+    def post(self, path: str, body: dict[str, Any], *, admin: bool = False) -> Any:
+        headers = {}
+        if admin and self.admin_key:
+            headers["Authorization"] = f"Bearer {self.admin_key}"
+        return self._check(self.http.post(path, json=body, headers=headers))
+
+
+__all__ = ["Client", "JugglerError", "ServerError"]

@@ -1,0 +1,214 @@
+"""One settings object for the router process.
+
+Precedence, highest first: CLI flag > environment (`JUGGLER_*`) > config file
+(`config.json` in the config directory; `JUGGLER_HOME` overrides where that is) >
+built-in defaults. `load_settings()` applies them in that order and validates the result;
+a bad value raises `ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from juggler.types import MODEL_TYPE_ORDER, ModelType
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct-GGUF"
+ENV_PREFIX = "JUGGLER_"
+
+
+class ConfigError(ValueError):
+    """A configuration key or value was refused; the message names the key."""
+
+
+def juggler_home() -> Path:
+    """The config directory: $JUGGLER_HOME, else $XDG_CONFIG_HOME/juggler, else ~/.config/juggler."""
+    if home := os.environ.get("JUGGLER_HOME"):
+        return Path(home)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "juggler"
+
+
+def parse_max_loaded_models(value: Any) -> tuple[int, ...]:
+    """Accept one integer for every type (seed 001) or up to five (seed 000 extended:
+    llm, embedding, reranking, audio, image), padded with the default 1. `-1` is unlimited;
+    `0` and values below `-1` are refused."""
+    if isinstance(value, str):
+        parts: list[Any] = [p for p in value.replace(",", " ").split() if p]
+    elif isinstance(value, int):
+        parts = [value]
+    elif isinstance(value, list | tuple):
+        parts = list(value)
+    else:
+        raise ValueError(f"expected an integer or a list of integers, got {value!r}")
+    if not parts or len(parts) > len(MODEL_TYPE_ORDER):
+        raise ValueError(f"give 1 to {len(MODEL_TYPE_ORDER)} integers, got {len(parts)}")
+    numbers: list[int] = []
+    for part in parts:
+        try:
+            n = int(part)
+        except (TypeError, ValueError):
+            raise ValueError(f"{part!r} is not an integer") from None
+        if isinstance(part, float) and part != n:
+            raise ValueError(f"{part!r} is not an integer")
+        if n == 0 or n < -1:
+            raise ValueError(f"{n} is not allowed; use a positive number, or -1 for unlimited")
+        numbers.append(n)
+    if len(numbers) == 1:
+        return tuple(numbers * len(MODEL_TYPE_ORDER))
+    return tuple(numbers + [1] * (len(MODEL_TYPE_ORDER) - len(numbers)))
+
+
+class Settings(BaseModel):
+    """Every setting of the router process. Frozen: change it by building a new one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(13305, ge=0, le=65535)
+    #: The model `juggler serve` loads at start ("" = load nothing until asked).
+    model: str = DEFAULT_MODEL
+    api_key: str | None = None
+    admin_api_key: str | None = None
+    #: Request bodies larger than this get 413.
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    #: Slots per type, in MODEL_TYPE_ORDER; -1 = unlimited.
+    max_loaded_models: tuple[int, ...] = (1, 1, 1, 1, 1)
+    ctx_size: int = Field(4096, ge=64)
+    llamacpp_backend: str = "cpu"
+    llamacpp_args: str = ""
+    #: Engine shape for llamacpp backends.
+    workers: int = Field(1, ge=1, le=64)
+    parallel: int = Field(8, ge=1, le=256)
+    threads: int = Field(0, ge=0, le=512)
+    #: Seconds a backend may take to become healthy.
+    load_timeout_s: float = Field(120.0, gt=0)
+    log_level: str = "info"
+    #: Opt-in dynamic memory management (seed 002).
+    auto_evict: bool = False
+    auto_evict_threshold_pct: float = Field(0.90, gt=0, le=1)
+    downsize_idle_timeout: float = Field(60.0, ge=0)
+    evict_idle_timeout: float = Field(300.0, ge=0)
+    evict_weight_factor: float = Field(1.0, gt=0)
+
+    @field_validator("max_loaded_models", mode="before")
+    @classmethod
+    def _max_loaded(cls, value: Any) -> tuple[int, ...]:
+        return parse_max_loaded_models(value)
+
+    @field_validator("llamacpp_backend")
+    @classmethod
+    def _backend(cls, value: str) -> str:
+        allowed = {"cpu", "vulkan", "rocm", "metal", "cuda"}
+        if value not in allowed:
+            raise ValueError(f"{value!r} is not one of {sorted(allowed)}")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        allowed = {"critical", "error", "warning", "info", "debug", "trace"}
+        if value.lower() not in allowed:
+            raise ValueError(f"{value!r} is not one of {sorted(allowed)}")
+        return value.lower()
+
+    def max_models_for(self, model_type: ModelType) -> int:
+        """Slots for one type; -1 = unlimited."""
+        return self.max_loaded_models[MODEL_TYPE_ORDER.index(model_type)]
+
+    def max_models_by_type(self) -> dict[str, int]:
+        return {t.value: self.max_models_for(t) for t in MODEL_TYPE_ORDER}
+
+
+KEYS: tuple[str, ...] = tuple(Settings.model_fields)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "settings"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{key}: {msg}"
+
+
+def validate(values: Mapping[str, Any]) -> Settings:
+    """Build Settings from a mapping; unknown keys and bad values raise ConfigError."""
+    for key in values:
+        if key not in KEYS:
+            raise ConfigError(f"unknown setting {key!r}; known settings: {', '.join(KEYS)}")
+    try:
+        return Settings(**dict(values))
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
+
+
+def config_path() -> Path:
+    return juggler_home() / "config.json"
+
+
+def read_config_file(path: Path | None = None) -> dict[str, Any]:
+    """The config file's values ({} when absent); a broken file raises ConfigError."""
+    path = path or config_path()
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data
+
+
+def read_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`JUGGLER_<KEY>` variables for known keys (JUGGLER_HOME is a location, not a key)."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for key in KEYS:
+        name = ENV_PREFIX + key.upper()
+        if name in environ:
+            out[key] = environ[name]
+    return out
+
+
+def load_settings(
+    cli: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    file: Path | None = None,
+) -> Settings:
+    """Merge defaults < config file < environment < CLI flags (None values are ignored)."""
+    merged: dict[str, Any] = {}
+    merged.update(read_config_file(file))
+    merged.update(read_env(environ))
+    merged.update({k: v for k, v in (cli or {}).items() if v is not None})
+    return validate(merged)
+
+
+def coerce_value(key: str, raw: str) -> Any:
+    """Turn `config set key=value` text into the field's value (JSON where it parses)."""
+    if key not in KEYS:
+        raise ConfigError(f"unknown setting {key!r}; known settings: {', '.join(KEYS)}")
+    if key == "max_loaded_models":
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def set_value(key: str, raw: str, path: Path | None = None) -> Settings:
+    """Persist one key to the config file after validating the whole result."""
+    path = path or config_path()
+    data = read_config_file(path)
+    data[key] = coerce_value(key, raw)
+    settings = validate(data)
+    stored = settings.model_dump(mode="json")[key]
+    data[key] = list(stored) if isinstance(stored, tuple) else stored
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return settings

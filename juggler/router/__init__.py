@@ -1,0 +1,1 @@
+"""The front process: FastAPI app, OpenAI/Lemonade/admin routes, proxy to backends."""

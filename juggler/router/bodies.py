@@ -1,0 +1,42 @@
+"""Read and validate JSON bodies so that bad input is a 400 naming the field, never a 422."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+from juggler.errors import BadRequest
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        raise BadRequest("request body is empty; expected a JSON object")
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    return data
+
+
+def validate(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        where = f"{param}: " if param else ""
+        raise BadRequest(f"{where}{err['msg']}", param=param) from None
+
+
+async def parse(request: Request, model: type[M]) -> tuple[M, dict[str, Any]]:
+    """The validated model and the raw dict (forwarded as is, unknown fields included)."""
+    data = await read_json(request)
+    return validate(model, data), data

@@ -1,0 +1,27 @@
+"""The router's shared objects, hung on `app.state.juggler` at startup."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from juggler.config import Settings
+from juggler.manager.manager import Manager
+from juggler.registry.catalog import Registry
+from juggler.router.proxy import Proxy
+from juggler.router.session_table import SessionTable
+
+
+@dataclass
+class RouterState:
+    settings: Settings
+    registry: Registry
+    manager: Manager
+    proxy: Proxy
+    sessions: SessionTable = field(default_factory=lambda: SessionTable())
+
+
+def state_of(request: Request) -> RouterState:
+    state: RouterState = request.app.state.juggler
+    return state

@@ -1,0 +1,69 @@
+"""OpenAI-compatible inference routes, mounted under both /v1 and /api/v1."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from juggler.registry.checkpoint import is_available
+from juggler.router.bodies import parse
+from juggler.router.deps import state_of
+from juggler.router.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from juggler.types import ModelInfo
+
+router = APIRouter()
+_STARTED = int(time.time())
+
+
+def model_entry(info: ModelInfo) -> dict[str, Any]:
+    """One model in Lemonade's /models shape (a superset of OpenAI's)."""
+    return {
+        "id": info.name,
+        "object": "model",
+        "created": _STARTED,
+        "owned_by": "juggler",
+        "checkpoint": info.checkpoint,
+        "recipe": info.recipe,
+        "labels": list(info.labels),
+        "type": info.type.value,
+        "downloaded": is_available(info),
+        "suggested": info.suggested,
+    }
+
+
+@router.get("/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    registry = state_of(request).registry
+    return {"object": "list", "data": [model_entry(m) for m in registry.list()]}
+
+
+@router.get("/models/{model_id:path}")
+async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+    return model_entry(state_of(request).registry.get(model_id))
+
+
+@router.post("/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    body, raw = await parse(request, ChatRequest)
+    return await state_of(request).proxy.forward(body.model, "/v1/chat/completions", raw)
+
+
+@router.post("/completions")
+async def completions(request: Request) -> Response:
+    body, raw = await parse(request, CompletionRequest)
+    return await state_of(request).proxy.forward(body.model, "/v1/completions", raw)
+
+
+@router.post("/embeddings")
+async def embeddings(request: Request) -> Response:
+    body, raw = await parse(request, EmbeddingRequest)
+    return await state_of(request).proxy.forward(body.model, "/v1/embeddings", raw)
+
+
+@router.post("/rerank")
+@router.post("/reranking")
+async def rerank(request: Request) -> Response:
+    body, raw = await parse(request, RerankRequest)
+    return await state_of(request).proxy.forward(body.model, "/v1/rerank", raw)

@@ -1,0 +1,128 @@
+"""Forward a request to a model's backend and stream the answer back, chunk by chunk.
+
+Runs on the router's event loop. For every forwarded request the proxy holds a manager
+`Lease` (the request counts as in flight, so its backend cannot be evicted) and releases it
+when the response has been fully sent, the client went away, or the backend failed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import Response
+from fastapi.responses import StreamingResponse
+
+from juggler.errors import BackendDead, error_body
+from juggler.manager.manager import Lease, Manager
+
+log = logging.getLogger(__name__)
+
+#: Generation can take minutes; only connecting has a short deadline.
+TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
+_PASS_HEADERS = ("content-type", "cache-control")
+
+
+def sse_error(message: str, code: str = "backend_error") -> bytes:
+    body = error_body(message, type="server_error", code=code)
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+class Proxy:
+    """Owns the HTTP client to backends and remembers which backend served last (stats)."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+        self.client = httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=None))
+        #: (model_name, backend_url) of the most recent inference request.
+        self.last_served: tuple[str, str] | None = None
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def _send(self, lease: Lease, method: str, path: str, body: Any) -> httpx.Response:
+        request = self.client.build_request(method, lease.backend_url + path, json=body)
+        response = await self.client.send(request, stream=True)
+        self.last_served = (lease.model_name, lease.backend_url)
+        return response
+
+    async def _open(
+        self, model: str, method: str, path: str, body: Any
+    ) -> tuple[Lease, httpx.Response]:
+        """Acquire the model and open the backend response (headers read, body not).
+
+        A backend that refuses the connection is reported to the manager, which drops it
+        if its process is gone, and the request is tried once more on a fresh backend."""
+        for attempt in (1, 2):
+            lease = await self.manager.acquire(model)
+            try:
+                return lease, await self._send(lease, method, path, body)
+            except httpx.TransportError as exc:
+                lease.release()
+                await self.manager.report_backend_failure(lease)
+                if attempt == 1 and isinstance(exc, httpx.ConnectError):
+                    log.warning("backend for %s unreachable (%s); retrying once", model, exc)
+                    continue
+                raise BackendDead(f"backend for {model!r} failed: {exc!r}") from exc
+        raise AssertionError("unreachable")
+
+    async def forward(
+        self,
+        model: str,
+        path: str,
+        body: Any,
+        *,
+        method: str = "POST",
+        lease: Lease | None = None,
+    ) -> Response:
+        """Send `body` to the backend of `model` at `path`; stream if the backend streams.
+
+        With `lease` given (session routes), that backend is used and the lease is released
+        here; otherwise the model is acquired (auto-loaded) first."""
+        if lease is None:
+            lease, response = await self._open(model, method, path, body)
+        else:
+            try:
+                response = await self._send(lease, method, path, body)
+            except httpx.TransportError as exc:
+                lease.release()
+                await self.manager.report_backend_failure(lease)
+                raise BackendDead(f"backend for {model!r} failed: {exc!r}") from exc
+        headers = {k: v for k, v in response.headers.items() if k in _PASS_HEADERS}
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            try:
+                content = await response.aread()
+            except httpx.TransportError as exc:
+                await self.manager.report_backend_failure(lease)
+                raise BackendDead(f"backend for {model!r} died mid-request: {exc!r}") from exc
+            finally:
+                await response.aclose()
+                lease.release()
+            return Response(content, status_code=response.status_code, headers=headers)
+        return StreamingResponse(
+            self._relay(lease, response),
+            status_code=response.status_code,
+            headers=headers,
+        )
+
+    async def _relay(self, lease: Lease, response: httpx.Response) -> AsyncIterator[bytes]:
+        """Yield backend bytes as they come. Closing this generator (client disconnect)
+        closes the backend response, which cancels the generation there."""
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        except httpx.TransportError as exc:
+            log.warning("backend %s failed mid-stream: %r", lease.backend_url, exc)
+            await self.manager.report_backend_failure(lease)
+            yield sse_error(f"backend for {lease.model_name!r} died mid-stream")
+        finally:
+            await response.aclose()
+            lease.release()
+
+    async def get_json(self, url: str) -> Any:
+        response = await self.client.get(url, timeout=10.0)
+        response.raise_for_status()
+        return response.json()
