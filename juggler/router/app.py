@@ -89,7 +89,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = "not_found" if exc.status_code == 404 else "http_error"
         message = (
-            f"no route {request.method} {request.url.path}" if exc.status_code == 404 else str(exc.detail)
+            f"no route {request.method} {request.url.path}"
+            if exc.status_code == 404
+            else str(exc.detail)
         )
         body = error_body(message, type="invalid_request_error", code=code)
         return JSONResponse(body, status_code=exc.status_code)

