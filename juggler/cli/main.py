@@ -172,8 +172,9 @@ def pull(
     ] = None,
     health_path: Annotated[str, typer.Option()] = "/health",
 ) -> None:
-    """Register a user model (user.NAME)."""
-    from juggler.registry.checkpoint import LocalRef, parse_checkpoint
+    """Register a user model (user.NAME); a Hugging Face checkpoint is downloaded."""
+    from juggler.registry.checkpoint import HfRef, LocalRef, parse_checkpoint
+    from juggler.registry.download import download
 
     try:
         if checkpoint:
@@ -181,6 +182,9 @@ def pull(
             if isinstance(ref, LocalRef) and not ref.path.is_file():
                 err.print(f"[red]error:[/red] model file not found: {ref.path}")
                 raise typer.Exit(1)
+            if isinstance(ref, HfRef):
+                out.print(f"downloading {checkpoint} ...")
+                out.print(f"saved {download(ref)}")
         info = Registry().add_user_model(
             model_name,
             checkpoint=checkpoint,

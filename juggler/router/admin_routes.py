@@ -3,6 +3,7 @@ plus /internal/* (pin, set, config) guarded by the admin key."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -12,7 +13,8 @@ from juggler import __version__
 from juggler.config import parse_max_loaded_models
 from juggler.errors import BadRequest, CheckpointMissing
 from juggler.manager.options import LoadOptions
-from juggler.registry.checkpoint import LocalRef, parse_checkpoint
+from juggler.registry.checkpoint import HfRef, LocalRef, parse_checkpoint
+from juggler.registry.download import download
 from juggler.router.bodies import parse
 from juggler.router.deps import state_of
 from juggler.router.schemas import (
@@ -107,7 +109,8 @@ async def unload(request: Request) -> dict[str, Any]:
 
 @router.post("/pull")
 async def pull(request: Request) -> dict[str, Any]:
-    """Register a user model (`user.NAME`). A local checkpoint must exist."""
+    """Register a user model (`user.NAME`). A local checkpoint must exist; a Hugging Face
+    checkpoint is downloaded into the cache first."""
     state = state_of(request)
     body, _ = await parse(request, PullRequest)
     labels = list(body.labels)
@@ -121,6 +124,8 @@ async def pull(request: Request) -> dict[str, Any]:
             raise BadRequest(str(exc), param="checkpoint") from None
         if isinstance(ref, LocalRef) and not ref.path.is_file():
             raise CheckpointMissing(f"model file not found: {ref.path}", param="checkpoint")
+        if isinstance(ref, HfRef):
+            await asyncio.to_thread(download, ref)
     info = state.registry.add_user_model(
         body.model_name,
         checkpoint=body.checkpoint,

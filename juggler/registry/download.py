@@ -1,0 +1,91 @@
+"""Download a Hugging Face checkpoint (`org/repo:QUANT`) into Juggler's model cache.
+
+Speaks the hub's public HTTP API: `GET {endpoint}/api/models/{repo}/tree/main` lists the
+files, `GET {endpoint}/{repo}/resolve/main/{file}` fetches one. The endpoint is
+`$JUGGLER_HF_ENDPOINT`, else `$HF_ENDPOINT`, else https://huggingface.co, so a mirror or a
+local stand-in works the same. Files land as `<name>.partial` and are renamed when whole.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from juggler.errors import CheckpointMissing
+from juggler.registry.checkpoint import HfRef, hf_cache_dir
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+def hub_endpoint() -> str:
+    return (
+        os.environ.get("JUGGLER_HF_ENDPOINT") or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    ).rstrip("/")
+
+
+def choose_file(files: list[str], quant: str | None) -> str:
+    """The GGUF to fetch: the one whose name holds QUANT (case-insensitive); without a
+    QUANT, a Q4_K_M file if there is one, else the only GGUF. Pure."""
+    ggufs = sorted(f for f in files if f.endswith(".gguf") and "mmproj" not in f.lower())
+    if quant:
+        matches = [f for f in ggufs if quant.lower() in Path(f).name.lower()]
+    else:
+        matches = [f for f in ggufs if "q4_k_m" in f.lower()] or (ggufs if len(ggufs) == 1 else [])
+    if not matches:
+        wanted = f"quant {quant!r}" if quant else "one default GGUF"
+        raise CheckpointMissing(f"no GGUF file for {wanted} among {ggufs or 'no files'}")
+    return matches[0]
+
+
+def download(
+    ref: HfRef,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    on_progress: Callable[[int, int | None], None] | None = None,
+) -> Path:
+    """Fetch the checkpoint's GGUF into the cache (skipped if already there). Blocks.
+    Raises CheckpointMissing when the repo or file does not exist, LoadFailed-free."""
+    endpoint = (endpoint or hub_endpoint()).rstrip("/")
+    token = token or os.environ.get("HF_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(
+        headers=headers, timeout=httpx.Timeout(30.0, read=300.0), follow_redirects=True
+    ) as http:
+        listing = http.get(f"{endpoint}/api/models/{ref.repo_id}/tree/main")
+        if listing.status_code in (401, 403, 404):
+            raise CheckpointMissing(
+                f"{ref.repo_id} not found on {endpoint} ({listing.status_code})"
+            )
+        listing.raise_for_status()
+        files = [str(item["path"]) for item in listing.json() if item.get("type") == "file"]
+        name = choose_file(files, ref.quant)
+        target = hf_cache_dir(ref) / Path(name).name
+        if target.is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        with http.stream("GET", f"{endpoint}/{ref.repo_id}/resolve/main/{name}") as response:
+            if response.status_code == 404:
+                raise CheckpointMissing(f"{ref.repo_id}/{name} not found on {endpoint}")
+            response.raise_for_status()
+            total = (
+                int(response.headers["content-length"])
+                if "content-length" in response.headers
+                else None
+            )
+            done = 0
+            with partial.open("wb") as out:
+                for chunk in response.iter_bytes(1 << 20):
+                    out.write(chunk)
+                    done += len(chunk)
+                    if on_progress:
+                        on_progress(done, total)
+        if total is not None and done != total:
+            partial.unlink(missing_ok=True)
+            raise CheckpointMissing(f"download of {name} stopped at {done} of {total} bytes")
+        partial.replace(target)
+        return target
