@@ -29,8 +29,9 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Read and write the config file.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
-out = Console()
-err = Console(stderr=True)
+# Piped output (scripts, tests) gets full-width tables instead of truncated names.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 HostOpt = Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1).")]
 PortOpt = Annotated[int | None, typer.Option(help="Port (default 13305).")]

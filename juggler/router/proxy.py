@@ -17,7 +17,8 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 
 from juggler.errors import BackendDead, error_body
-from juggler.manager.manager import Lease, Manager
+from juggler.manager.lease import Lease
+from juggler.manager.manager import Manager
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,10 @@ class Proxy:
     ) -> tuple[Lease, httpx.Response]:
         """Acquire the model and open the backend response (headers read, body not).
 
-        A backend that refuses the connection is reported to the manager, which drops it
-        if its process is gone, and the request is tried once more on a fresh backend."""
+        A backend that fails before answering (refused connection, or a pooled keep-alive
+        connection to a process that died) is reported to the manager, which drops it if
+        its process is gone, and the request is tried once more on a fresh backend: no
+        response was produced, and generating has no side effects."""
         for attempt in (1, 2):
             lease = await self.manager.acquire(model)
             try:
@@ -63,7 +66,7 @@ class Proxy:
             except httpx.TransportError as exc:
                 lease.release()
                 await self.manager.report_backend_failure(lease)
-                if attempt == 1 and isinstance(exc, httpx.ConnectError):
+                if attempt == 1:
                     log.warning("backend for %s unreachable (%s); retrying once", model, exc)
                     continue
                 raise BackendDead(f"backend for {model!r} failed: {exc!r}") from exc

@@ -11,7 +11,7 @@ from juggler.errors import SessionNotFound
 @dataclass(frozen=True)
 class SessionEntry:
     model: str
-    pid: int
+    pid: int | None
     backend_id: str
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from juggler.errors import BackendDead, SessionNotFound
-from juggler.manager.manager import Lease
+from juggler.manager.lease import Lease
 from juggler.router.bodies import parse, read_json
 from juggler.router.deps import state_of
 from juggler.router.schemas import SessionCreate

@@ -14,7 +14,13 @@ import pytest
 from tests.conftest import DEFAULT_MODEL, GEMMA, RunningServer, start_server
 
 pytestmark = pytest.mark.slow
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# SmolLM2-135M (Q4_1) answers the bare question in French word salad, also through
+# llama-cpp-python's own Llama at temperature 0; with a plain system message it says
+# "The capital of France is Paris."
+QUESTION = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
 
 
 def oai(server: RunningServer) -> openai.OpenAI:

@@ -1,0 +1,229 @@
+"""The Manager: the public face of model residency (routes and the CLI call this).
+
+Each method runs in the caller's task: it does the blocking-ish preparation there
+(registry look-up, checkpoint and executable checks, off the loop in a thread), then sends
+one typed message to the owner task (owner.py) and awaits its Future. Nothing here
+touches the residency table; `snapshot()` and friends read the owner's last published,
+immutable copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from juggler.config import Settings, parse_max_loaded_models
+from juggler.errors import BadRequest, JugglerError
+from juggler.manager import messages as m
+from juggler.manager.lease import Lease
+from juggler.manager.options import LoadOptions
+from juggler.manager.owner import Owner
+from juggler.manager.policy import ServerView, all_slots_pinned
+from juggler.manager.recipes import LaunchPlan, Resolver, plan_launch
+from juggler.manager.snapshot import ServerSnapshot
+from juggler.types import MODEL_TYPE_ORDER, ModelInfo, ModelType
+
+log = logging.getLogger("juggler.manager")
+T = TypeVar("T")
+
+
+class ModelSource(Protocol):
+    """The registry as the manager sees it."""
+
+    def get(self, name: str) -> ModelInfo:
+        """The model called `name`; raises ModelNotFound."""
+        ...
+
+
+def _default_resolver() -> Resolver:
+    from juggler.registry.checkpoint import resolve_checkpoint
+
+    return resolve_checkpoint
+
+
+#: How long report_backend_failure waits for the owner's verdict.
+PROBE_WAIT_S = 5.0
+
+
+class Manager:
+    """Model residency for one router process. Create it, `await start()`, and
+    `await stop()` at shutdown (it ends every backend process it started)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: ModelSource,
+        *,
+        resolve: Resolver | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self._resolve = resolve
+        self._log_dir = log_dir
+        self._owns_log_dir = log_dir is None
+        self._owner: Owner | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the owner task on the running loop. Returns at once."""
+        if self._task is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        if self._log_dir is None:
+            self._log_dir = Path(tempfile.mkdtemp(prefix="juggler-backends-"))
+        self._owner = Owner(self.settings, self._log_dir, self._post)
+        self._task = asyncio.create_task(self._owner.run(), name="juggler-manager")
+
+    async def stop(self) -> None:
+        """Fail queued loads, stop every backend (SIGTERM, then SIGKILL), end the owner.
+        Blocks until every child process is gone."""
+        if self._task is None or self._task.done():
+            return
+        await self._ask(lambda f: m.Stop(f))
+        await self._task
+        if self._owns_log_dir and self._log_dir is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    @property
+    def log_dir(self) -> Path | None:
+        """Where backend stdout/stderr logs go (one file per load)."""
+        return self._log_dir
+
+    # -- requests ------------------------------------------------------------------------
+    async def acquire(self, model_name: str) -> Lease:
+        """A lease on a ready backend for one inference request. Blocks while the model is
+        auto-loaded (queued behind other loads, waiting for busy victims with no timeout)
+        or while it is being evicted (then it is loaded again). The request is counted in
+        flight from the moment the lease exists: release it when the response ends.
+        Raises ModelNotFound, CheckpointMissing/RecipeNotInstalled (nothing evicted),
+        LoadFailed, SlotsPinned."""
+        lease: Lease | None = await self._ask(lambda f: m.Acquire(model_name, None, f))
+        if lease is None:
+            plan = await self._prepare(model_name, LoadOptions())
+            lease = await self._ask(lambda f: m.Acquire(model_name, plan, f))
+        assert lease is not None
+        return lease
+
+    async def load(self, model_name: str, options: LoadOptions | None = None) -> ServerSnapshot:
+        """Explicit /load. Same model with the same launch options: no-op that refreshes its
+        last use (and applies `pinned` if given); other options: reload. Blocks until the
+        model is ready. Raises as `acquire` does."""
+        options = options or LoadOptions()
+        options.validate()
+        plan = await self._prepare(model_name, options)
+        snapshot: ServerSnapshot = await self._ask(lambda f: m.Load(plan, options.pinned, f))
+        return snapshot
+
+    async def unload(self, model_name: str | None = None) -> list[str]:
+        """Unload one model, or all when `model_name` is None; returns the names
+        unloaded. A model with requests in flight stops taking new ones and is stopped
+        when they finish; this call blocks until its process is gone. Raises
+        ModelNotLoaded("Model not loaded: X")."""
+        stopping: list[tuple[str, asyncio.Future[None]]] = await self._ask(
+            lambda f: m.Unload(model_name, f)
+        )
+        await asyncio.gather(*(done for _, done in stopping))
+        return [name for name, _ in stopping]
+
+    async def pin(self, model_name: str, pinned: bool = True) -> ServerSnapshot:
+        """Pin or unpin a loaded model without reloading. Raises ModelNotLoaded."""
+        snapshot: ServerSnapshot = await self._ask(lambda f: m.Pin(model_name, pinned, f))
+        return snapshot
+
+    async def set_max_loaded_models(self, limits: int | tuple[int, ...] | list[int] | str) -> None:
+        """Change the slots per type at run time (one value for every type, or up to five
+        in llm, embedding, reranking, audio, image order, padded with 1; -1 unlimited).
+        Applied lazily: nothing is evicted now; a type above its new limit is evicted
+        down to it (LRU, never busy ones) at that type's next load. Raises BadRequest."""
+        try:
+            parsed = parse_max_loaded_models(limits)
+        except ValueError as exc:
+            raise BadRequest(f"max_loaded_models: {exc}", param="max_loaded_models") from None
+        await self._ask(lambda f: m.SetLimits(parsed, f))
+
+    async def report_backend_failure(self, lease: Lease) -> None:
+        """The router could not reach `lease`'s backend. The owner checks it: a dead
+        process is dropped at once, a live one is probed and stopped if it does not
+        answer. Returns once the owner has decided (so a retry never gets the same dead
+        backend), or after PROBE_WAIT_S at most."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._post(m.Probe(lease.server_id, future))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(future), PROBE_WAIT_S)
+
+    # -- reads (no waiting; the owner's last published copy) ----------------------------
+    def snapshot(self) -> list[ServerSnapshot]:
+        """Every server in the table, including ones loading or being evicted."""
+        return list(self._owner.published) if self._owner else []
+
+    def most_recent(self) -> ServerSnapshot | None:
+        """The most recently loaded ready server (health's model_loaded)."""
+        return self._owner.most_recent if self._owner else None
+
+    def max_models(self) -> dict[str, int]:
+        limits = (
+            self._owner.limits
+            if self._owner
+            else dict(zip(MODEL_TYPE_ORDER, self.settings.max_loaded_models, strict=True))
+        )
+        return {t.value: limits[t] for t in MODEL_TYPE_ORDER}
+
+    def slots_all_pinned(self, model_type: ModelType) -> bool:
+        """Seed 002's pre-emptive warning: every slot of this type holds a pinned model."""
+        if self._owner is None:
+            return False
+        views: list[ServerView] = self._owner.views()
+        return all_slots_pinned(model_type, views, self._owner.limits)
+
+    def stats(self) -> dict[str, int]:
+        """Counters since start: loads, load_failures, evictions, backend_deaths, queued."""
+        if self._owner is None:
+            return {}
+        counters = dict(self._owner.counters)
+        counters["queued"] = len(self._owner.queue) + (1 if self._owner.active else 0)
+        return counters
+
+    # -- plumbing ------------------------------------------------------------------------
+    async def _prepare(self, model_name: str, options: LoadOptions) -> LaunchPlan:
+        info = self.registry.get(model_name)
+        resolve = self._resolve or _default_resolver()
+        resolved = options.resolve(self.settings)
+        return await asyncio.to_thread(plan_launch, info, resolved, self.settings, resolve)
+
+    def _post(self, msg: m.Message) -> None:
+        """Send a message to the owner; callable from the loop or from another thread."""
+        if self._owner is None or self._loop is None or self._loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._owner.inbox.put_nowait(msg)
+        else:
+            self._loop.call_soon_threadsafe(self._owner.inbox.put_nowait, msg)
+
+    async def _ask(self, make: Callable[[asyncio.Future[T]], m.Message]) -> T:
+        """Post the message `make(future)` and await its answer. A caller cancelled after
+        the owner handed it a lease gives the lease back."""
+        if self._owner is None or self._task is None or self._task.done():
+            raise JugglerError("The model manager is not running")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._post(make(future))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                result = future.result()
+                if isinstance(result, Lease):
+                    result.release()
+            raise

@@ -1,0 +1,165 @@
+"""Typed messages to the manager's owner task, and the queued-load record.
+
+Every message is tagged with a `MsgKind`; the owner dispatches on the tag in one place
+and logs what it does not know. Messages that expect an answer carry a Future that the
+owner resolves (callers await it; a caller that gives up cancels it, and the owner skips
+cancelled futures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from juggler.manager.lease import Lease
+from juggler.manager.recipes import LaunchPlan
+from juggler.manager.snapshot import ServerSnapshot
+
+
+class MsgKind(enum.Enum):
+    ACQUIRE = "acquire"  # caller: a lease for a request (maybe auto-loading)
+    LOAD = "load"  # caller: explicit /load
+    UNLOAD = "unload"  # caller: /unload one or all
+    PIN = "pin"  # caller: /internal/pin
+    SET_LIMITS = "set_limits"  # caller: /internal/set max_loaded_models
+    RELEASE = "release"  # lease: a request finished
+    PROBE = "probe"  # caller: the router could not reach a backend
+    LOAD_DONE = "load_done"  # load task: the backend is healthy, or failed
+    EVICT_DONE = "evict_done"  # stop task: the process group is gone
+    EXITED = "exited"  # watcher task: a ready backend's process exited
+    PROBE_FAILED = "probe_failed"  # probe task: the backend does not answer
+    TICK = "tick"  # idle timer: an auto_evict server may have reached its idle timeout
+    STOP = "stop"  # Manager.stop
+
+
+@dataclass(eq=False)
+class LoadJob:
+    """One queued load. Callers that want the same model join it instead of queueing
+    another: `acquirers` get a Lease (counted in flight atomically when the load
+    completes: auto-load protection), `loaders` get a snapshot."""
+
+    plan: LaunchPlan
+    is_explicit: bool
+    #: /load's `pinned` when given; None leaves the pin as it is.
+    pin: bool | None = None
+    acquirers: list[asyncio.Future[Lease | None]] = field(default_factory=list)
+    loaders: list[asyncio.Future[ServerSnapshot]] = field(default_factory=list)
+    has_retried: bool = False
+    evict_all: bool = False
+
+    @property
+    def model_name(self) -> str:
+        return self.plan.info.name
+
+
+@dataclass(eq=False)
+class Acquire:
+    kind: ClassVar[MsgKind] = MsgKind.ACQUIRE
+    name: str
+    #: None on the first try: the owner answers None when a load is needed, and the
+    #: caller prepares a plan (file checks, off the owner) and asks again.
+    plan: LaunchPlan | None
+    future: asyncio.Future[Lease | None]
+
+
+@dataclass(eq=False)
+class Load:
+    kind: ClassVar[MsgKind] = MsgKind.LOAD
+    plan: LaunchPlan
+    pin: bool | None
+    future: asyncio.Future[ServerSnapshot]
+
+
+@dataclass(eq=False)
+class Unload:
+    kind: ClassVar[MsgKind] = MsgKind.UNLOAD
+    name: str | None
+    #: Answered with (model name, a future done when its process is gone) pairs.
+    future: asyncio.Future[list[tuple[str, asyncio.Future[None]]]]
+
+
+@dataclass(eq=False)
+class Pin:
+    kind: ClassVar[MsgKind] = MsgKind.PIN
+    name: str
+    pinned: bool
+    future: asyncio.Future[ServerSnapshot]
+
+
+@dataclass(eq=False)
+class SetLimits:
+    kind: ClassVar[MsgKind] = MsgKind.SET_LIMITS
+    limits: tuple[int, ...]
+    future: asyncio.Future[None]
+
+
+@dataclass(eq=False)
+class Release:
+    kind: ClassVar[MsgKind] = MsgKind.RELEASE
+    server_id: int
+
+
+@dataclass(eq=False)
+class Probe:
+    kind: ClassVar[MsgKind] = MsgKind.PROBE
+    server_id: int
+    #: Settled once the owner has decided: dropped, stopping, or found healthy.
+    future: asyncio.Future[None] | None = None
+
+
+@dataclass(eq=False)
+class LoadDone:
+    kind: ClassVar[MsgKind] = MsgKind.LOAD_DONE
+    job: LoadJob
+    server_id: int
+    error: Exception | None
+
+
+@dataclass(eq=False)
+class EvictDone:
+    kind: ClassVar[MsgKind] = MsgKind.EVICT_DONE
+    server_id: int
+
+
+@dataclass(eq=False)
+class Exited:
+    kind: ClassVar[MsgKind] = MsgKind.EXITED
+    server_id: int
+    returncode: int
+
+
+@dataclass(eq=False)
+class ProbeFailed:
+    kind: ClassVar[MsgKind] = MsgKind.PROBE_FAILED
+    server_id: int
+    future: asyncio.Future[None] | None = None
+
+
+@dataclass(eq=False)
+class Tick:
+    kind: ClassVar[MsgKind] = MsgKind.TICK
+
+
+@dataclass(eq=False)
+class Stop:
+    kind: ClassVar[MsgKind] = MsgKind.STOP
+    future: asyncio.Future[None]
+
+
+Message = (
+    Acquire
+    | Load
+    | Unload
+    | Pin
+    | SetLimits
+    | Release
+    | Probe
+    | LoadDone
+    | EvictDone
+    | Exited
+    | ProbeFailed
+    | Tick
+    | Stop
+)

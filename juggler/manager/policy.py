@@ -1,0 +1,204 @@
+"""The eviction policy: pure functions of data. No I/O, no clock, no logging.
+
+`decide(request, table, limits)` is called by the manager's owner task when a queued load
+leaves the queue (seed 000: "make the eviction policy choices when starting the load for a
+specific WrappedServer (i.e., make the choices when the WrappedServer is exiting the
+queue, not when its entering the queue)"). The owner carries the Decision out. Rules, in
+the order they apply:
+
+1. Evict-all retry: after a failed load, every server of every type is a victim
+   (seed 000 "evict all WrappedServers of every type"; pinned ones too: the rule is
+   deliberately "nuclear").
+2. The same model already loaded with the same launch options is a no-op; with other
+   launch options it is a victim (reload).
+3. NPU rules (seed 002): `flm`, `ryzenai-llm`, `whispercpp` (and seed 000's `oga-*`) are
+   mutually exclusive; `flm` holds at most one model per type (one ASR, one LLM, one
+   embedding); every other NPU backend holds exactly one model. A conflicting pinned NPU
+   server refuses the load (SlotsPinned).
+4. Type slots: while the type is full, evict the least recently used unpinned server of
+   that type (a server with a request in flight counts as used now, so idle servers go
+   first); if only pinned servers remain, refuse (409 slots_pinned_error). A limit of -1
+   is unlimited. A lowered limit evicts down to it here, at the type's next load.
+5. Busy protection: if any victim has a request in flight, nothing is evicted yet; the
+   load waits (no timeout) and is decided again when something changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from juggler.manager.recipes import NpuBackend
+from juggler.types import Device, ModelType
+
+
+class Verdict(enum.Enum):
+    NOOP = "noop"  # already loaded with these options: refresh last use
+    LOAD = "load"  # evict `victims` (maybe none), then load
+    WAIT = "wait"  # victims are busy: keep the load at the head of the queue
+    REFUSE = "refuse"  # every candidate is pinned: SlotsPinned
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """What the policy needs to know about one resident server."""
+
+    model_name: str
+    type: ModelType
+    device: Device
+    last_use: float
+    npu_backend: NpuBackend | None = None
+    in_flight: int = 0
+    pinned: bool = False
+    launch_key: Hashable = None
+    #: Opt-in memory management (seed 002): idle timeout and eviction weighting.
+    auto_evict: bool = False
+    evict_idle_timeout_s: float = 300.0
+    load_duration_s: float = 0.0
+    evict_weight_factor: float = 1.0
+
+    @property
+    def is_busy(self) -> bool:
+        return self.in_flight > 0
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """One load leaving the queue. `launch_key` None means "any options will do"
+    (an auto-load for a request); `evict_all` is set for the retry after a failure."""
+
+    model_name: str
+    type: ModelType
+    device: Device
+    npu_backend: NpuBackend | None = None
+    launch_key: Hashable = None
+    evict_all: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    victims: tuple[str, ...] = ()
+    busy: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def _npu_conflicts(request: LoadRequest, server: ServerView) -> bool:
+    """Whether `server` must leave the NPU for `request` to load."""
+    if not (request.device & Device.NPU and server.device & Device.NPU):
+        return False
+    if server.npu_backend != request.npu_backend or server.npu_backend is None:
+        return True  # different backends are mutually exclusive
+    if request.npu_backend is NpuBackend.FLM:
+        return server.type == request.type  # flm: one ASR + one LLM + one embedding
+    return True  # ryzenai-llm, whispercpp, oga, exclusive: one model holds the whole NPU
+
+
+def _lru_order(server: ServerView) -> tuple[bool, float]:
+    # A server with a request in flight is being used right now.
+    return (server.is_busy, server.last_use)
+
+
+def decide(
+    request: LoadRequest,
+    table: Sequence[ServerView],
+    limits: Mapping[ModelType, int],
+) -> Decision:
+    """Choose what must leave before `request` loads. `table` holds the resident servers
+    (all ready, one per model name); `limits` maps a type to its slots (-1 unlimited)."""
+    if request.evict_all:
+        return _finish(tuple(s.model_name for s in table), table)
+
+    victims: list[str] = []
+    same = next((s for s in table if s.model_name == request.model_name), None)
+    if same is not None:
+        if request.launch_key is None or same.launch_key == request.launch_key:
+            return Decision(Verdict.NOOP, reason="already loaded")
+        victims.append(same.model_name)
+
+    for server in table:
+        if server.model_name in victims or not _npu_conflicts(request, server):
+            continue
+        if server.pinned:
+            return Decision(
+                Verdict.REFUSE,
+                reason=f"The NPU is held by pinned model {server.model_name!r}; "
+                f"unpin or unload it to load {request.model_name!r}",
+            )
+        victims.append(server.model_name)
+
+    limit = limits.get(request.type, 1)
+    if limit != -1:
+        same_type = [
+            s
+            for s in table
+            if s.type == request.type
+            and s.model_name not in victims
+            and s.model_name != request.model_name
+        ]
+        need = len(same_type) + 1 - limit
+        if need > 0:
+            candidates = sorted((s for s in same_type if not s.pinned), key=_lru_order)
+            if len(candidates) < need:
+                return Decision(
+                    Verdict.REFUSE,
+                    reason=f"All {limit} {request.type.value} slot(s) are held by pinned "
+                    f"models; unpin or unload one to load {request.model_name!r}",
+                )
+            victims.extend(s.model_name for s in candidates[:need])
+    return _finish(tuple(victims), table)
+
+
+def _finish(victims: tuple[str, ...], table: Sequence[ServerView]) -> Decision:
+    busy = tuple(s.model_name for s in table if s.model_name in victims and s.is_busy)
+    if busy:
+        return Decision(Verdict.WAIT, victims, busy, reason="waiting for requests in flight")
+    return Decision(Verdict.LOAD, victims)
+
+
+def all_slots_pinned(
+    model_type: ModelType, table: Sequence[ServerView], limits: Mapping[ModelType, int]
+) -> bool:
+    """Seed 002's pre-emptive warning: every slot of `model_type` holds a pinned model."""
+    limit = limits.get(model_type, 1)
+    same_type = [s for s in table if s.type == model_type]
+    return limit != -1 and len(same_type) >= limit and all(s.pinned for s in same_type)
+
+
+def idle_victims(table: Sequence[ServerView], now: float) -> tuple[tuple[str, ...], float | None]:
+    """Seed 002's hard idle: an `auto_evict` server idle for `evict_idle_timeout` seconds is
+    unloaded. Busy and pinned servers never are. `now` is on the `last_use` clock. Returns
+    the victims and when the next server will reach its timeout (None: no timer needed)."""
+    victims: list[str] = []
+    next_at: float | None = None
+    for server in table:
+        if not server.auto_evict or server.pinned or server.is_busy:
+            continue
+        deadline = server.last_use + server.evict_idle_timeout_s
+        if deadline <= now:
+            victims.append(server.model_name)
+        elif next_at is None or deadline < next_at:
+            next_at = deadline
+    return tuple(victims), next_at
+
+
+def pressure_victim(table: Sequence[ServerView], now: float) -> str | None:
+    """Under memory pressure (seed 002): the most disposable idle, unpinned `auto_evict`
+    server by `eviction_score`, or None."""
+    candidates = [s for s in table if s.auto_evict and not s.pinned and not s.is_busy]
+    if not candidates:
+        return None
+    best = max(
+        candidates,
+        key=lambda s: eviction_score(
+            (now - s.last_use) * 1000, s.load_duration_s * 1000, s.evict_weight_factor
+        ),
+    )
+    return best.model_name
+
+
+def eviction_score(idle_ms: float, load_ms: float, weight: float) -> float:
+    """Seed 002: `eviction_score = idle_time_ms / (load_duration_ms * evict_weight_factor)`;
+    higher = more disposable (fast loads go first, heavy weights protect)."""
+    return idle_ms / (max(load_ms, 1.0) * max(weight, 1e-9))

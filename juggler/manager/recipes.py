@@ -1,0 +1,278 @@
+"""Recipes: recipe -> devices, NPU backend and how to launch a backend process.
+
+Seed 000/001/002 device table (`Device` flags):
+
+    recipe        devices    NPU backend     launched as
+    llamacpp      gpu (*)    -               python -m juggler.engine ...
+    command       declared   declared (**)   the model's own command template
+    flm           npu        flm             flm serve {checkpoint} --port {port}
+    ryzenai-llm   npu        ryzenai-llm     ryzenai-server -m {model_path} --port {port}
+    whispercpp    npu        whispercpp      whisper-server -m {model_path} --port {port}
+    oga-hybrid    gpu|npu    oga             ryzenai-server -m {model_path} --port {port}
+    oga-npu       npu        oga             ryzenai-server ...
+    oga-cpu       cpu        -               ryzenai-server ...
+
+(*) the issue: "for `llamacpp` report the device actually used (cpu where nothing is
+offloaded)"; before the backend answers we assume cpu for the cpu backend, gpu otherwise,
+and then take the `device` its `/health` reports.
+(**) a `command` model whose declared device includes npu holds the whole NPU (backend
+`exclusive`) unless `ModelInfo.extra["npu_backend"]` names one of the vendor backends, in
+which case it follows that backend's co-residency rules (useful to run a vendor server
+under a custom command line).
+
+Vendor presets look for their executable on PATH and raise RecipeNotInstalled (a
+missing-file error: 404, evicts nothing) when it is absent. Everything here runs in the
+caller's task before a load is queued; nothing here starts a process.
+"""
+
+from __future__ import annotations
+
+import enum
+import shlex
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from juggler.config import Settings
+from juggler.errors import CheckpointMissing, RecipeNotInstalled
+from juggler.manager.options import ResolvedOptions
+from juggler.types import Device, ModelInfo, ModelType
+
+#: Turns a model's checkpoint into a file on disk; raises CheckpointMissing.
+Resolver = Callable[[ModelInfo], Path]
+
+ENGINE_MODULE = "juggler.engine"
+
+
+class NpuBackend(enum.StrEnum):
+    """Who holds the NPU. Different backends are mutually exclusive (seed 002)."""
+
+    FLM = "flm"
+    RYZENAI_LLM = "ryzenai-llm"
+    WHISPERCPP = "whispercpp"
+    OGA = "oga"
+    EXCLUSIVE = "exclusive"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    device: Device
+    npu_backend: NpuBackend | None = None
+    #: Vendor presets: executables to look for on PATH, first found wins.
+    executables: tuple[str, ...] = ()
+    #: Vendor presets: argv template after the executable; {model_path} {port} {host}.
+    template: str = ""
+    health_path: str = "/health"
+    #: Whether the checkpoint names a file that must exist (flm takes a model tag).
+    needs_file: bool = True
+
+
+_ORT = "-m {model_path} --host {host} --port {port}"
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("llamacpp", Device.GPU),
+        Recipe("command", Device.GPU),
+        Recipe(
+            "flm",
+            Device.NPU,
+            NpuBackend.FLM,
+            ("flm",),
+            "serve {model_path} --port {port}",
+            "/api/tags",
+            needs_file=False,
+        ),
+        Recipe(
+            "ryzenai-llm",
+            Device.NPU,
+            NpuBackend.RYZENAI_LLM,
+            ("ryzenai-server",),
+            _ORT,
+            "/v1/models",
+        ),
+        Recipe(
+            "whispercpp",
+            Device.NPU,
+            NpuBackend.WHISPERCPP,
+            ("whisper-server", "whisper-cpp-server"),
+            _ORT,
+            "/",
+        ),
+        Recipe(
+            "oga-hybrid",
+            Device.GPU | Device.NPU,
+            NpuBackend.OGA,
+            ("ryzenai-server",),
+            _ORT,
+            "/v1/models",
+        ),
+        Recipe("oga-npu", Device.NPU, NpuBackend.OGA, ("ryzenai-server",), _ORT, "/v1/models"),
+        Recipe("oga-cpu", Device.CPU, None, ("ryzenai-server",), _ORT, "/v1/models"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start one backend; built before the load is queued so that
+    a missing file or executable fails at once and evicts nothing."""
+
+    info: ModelInfo
+    model_path: str
+    recipe: Recipe
+    device: Device
+    npu_backend: NpuBackend | None
+    options: ResolvedOptions
+    health_path: str
+    argv_template: tuple[str, ...]
+    #: llamacpp backends report the device they actually use on /health.
+    reports_device: bool
+
+    @property
+    def model_type(self) -> ModelType:
+        return self.info.type
+
+    def argv(self, port: int, host: str = "127.0.0.1") -> list[str]:
+        """The command line for `port`; placeholders are filled per token, so a path with
+        spaces stays one argument."""
+        values = {
+            "port": str(port),
+            "host": host,
+            "model_path": self.model_path,
+            "model_name": self.info.name,
+            "checkpoint": self.info.checkpoint,
+        }
+        return [token.format_map(values) for token in self.argv_template]
+
+
+def recipe_for(name: str) -> Recipe:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        known = ", ".join(sorted(RECIPES))
+        raise RecipeNotInstalled(f"Unknown recipe {name!r}; known recipes: {known}") from None
+
+
+def _declared_device(info: ModelInfo) -> Device:
+    if not info.device:
+        return Device.GPU
+    try:
+        return Device.parse(info.device)
+    except ValueError as exc:
+        raise RecipeNotInstalled(f"model {info.name!r}: {exc}") from None
+
+
+def _command_npu_backend(info: ModelInfo, device: Device) -> NpuBackend | None:
+    if not device & Device.NPU:
+        return None
+    named = info.extra.get("npu_backend", "")
+    try:
+        return NpuBackend(named)
+    except ValueError:
+        return NpuBackend.EXCLUSIVE
+
+
+def _llamacpp_argv(info: ModelInfo, options: ResolvedOptions, settings: Settings) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        ENGINE_MODULE,
+        "--model-path",
+        "{model_path}",
+        "--model-name",
+        "{model_name}",
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--type",
+        info.type.value,
+        "--ctx-size",
+        str(options.ctx_size),
+        "--workers",
+        str(settings.workers),
+        "--parallel",
+        str(settings.parallel),
+        "--n-gpu-layers",
+        "0" if options.llamacpp_backend == "cpu" else "999",
+    ]
+    if settings.threads:
+        argv += ["--threads", str(settings.threads)]
+    # Braces in user args must survive the per-token format() in LaunchPlan.argv.
+    argv += [a.replace("{", "{{").replace("}", "}}") for a in shlex.split(options.llamacpp_args)]
+    return argv
+
+
+def plan_launch(
+    info: ModelInfo, options: ResolvedOptions, settings: Settings, resolve: Resolver
+) -> LaunchPlan:
+    """Check the recipe is installed and the checkpoint is on disk, and build the plan.
+
+    Blocks on file-system checks only (run it off the event loop if `resolve` is slow).
+    Raises RecipeNotInstalled or CheckpointMissing (both missing-file class)."""
+    recipe = recipe_for(info.recipe)
+    if recipe.name == "command":
+        if not info.command:
+            raise RecipeNotInstalled(
+                f"model {info.name!r} uses recipe 'command' but has no command"
+            )
+        device = _declared_device(info)
+        npu_backend = _command_npu_backend(info, device)
+        template = tuple(shlex.split(info.command))
+        exe = template[0] if template else ""
+        if not (shutil.which(exe) or Path(exe).is_file()):
+            raise RecipeNotInstalled(f"model {info.name!r}: executable {exe!r} not found")
+        model_path = str(resolve(info)) if info.checkpoint else ""
+        return LaunchPlan(
+            info,
+            model_path,
+            recipe,
+            device,
+            npu_backend,
+            options,
+            info.health_path or "/health",
+            template,
+            reports_device=False,
+        )
+    if recipe.name == "llamacpp":
+        model_path = str(resolve(info))
+        device = Device.CPU if options.llamacpp_backend == "cpu" else Device.GPU
+        return LaunchPlan(
+            info,
+            model_path,
+            recipe,
+            device,
+            None,
+            options,
+            "/health",
+            tuple(_llamacpp_argv(info, options, settings)),
+            reports_device=True,
+        )
+    found = next((p for p in map(shutil.which, recipe.executables) if p), None)
+    if found is None:
+        names = " or ".join(repr(e) for e in recipe.executables)
+        raise RecipeNotInstalled(
+            f"Recipe {recipe.name!r} is not installed: {names} not found on PATH"
+        )
+    model_path = str(resolve(info)) if recipe.needs_file else info.checkpoint
+    template = (found, *shlex.split(recipe.template))
+    return LaunchPlan(
+        info,
+        model_path,
+        recipe,
+        recipe.device,
+        recipe.npu_backend,
+        options,
+        recipe.health_path,
+        template,
+        reports_device=False,
+    )
+
+
+def require_file(plan: LaunchPlan) -> None:
+    """Re-check just before spawning: a file that vanished is still a missing file."""
+    if plan.recipe.needs_file and plan.model_path and not Path(plan.model_path).exists():
+        raise CheckpointMissing(f"Checkpoint file not found: {plan.model_path}")
