@@ -21,7 +21,7 @@ from juggler.config import Settings
 from juggler.errors import BadRequest, JugglerError, error_body, render
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
-from juggler.router import admin_routes, openai_routes, sessions
+from juggler.router import admin_routes, metrics_route, openai_routes, sessions
 from juggler.router.deps import RouterState
 from juggler.router.middleware import AuthMiddleware, BodyLimitMiddleware
 from juggler.router.proxy import Proxy
@@ -68,6 +68,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
     app.include_router(admin_routes.internal)
+    app.include_router(metrics_route.router)
 
     @app.get("/live")
     async def live() -> dict[str, str]:

@@ -40,6 +40,8 @@ class Proxy:
         self.client = httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=None))
         #: (model_name, backend_url) of the most recent inference request.
         self.last_served: tuple[str, str] | None = None
+        #: Requests waiting in `manager.acquire` (for a load, or for an eviction to end).
+        self.num_waiting = 0
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -60,7 +62,11 @@ class Proxy:
         its process is gone, and the request is tried once more on a fresh backend: no
         response was produced, and generating has no side effects."""
         for attempt in (1, 2):
-            lease = await self.manager.acquire(model)
+            self.num_waiting += 1
+            try:
+                lease = await self.manager.acquire(model)
+            finally:
+                self.num_waiting -= 1
             try:
                 return lease, await self._send(lease, method, path, body)
             except httpx.TransportError as exc:

@@ -182,3 +182,18 @@ def test_unknown_route_is_404_json(chat_server: RunningServer) -> None:
     with chat_server.client() as c:
         r = c.get("/api/v1/nope")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_metrics_endpoint_has_vllm_series_for_the_loaded_model(chat_server: RunningServer) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with chat_server.client() as c:
+        r = c.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    fams = {f.name: f for f in text_string_to_metric_families(r.text)}
+    usage = fams["vllm:kv_cache_usage_perc"].samples
+    assert len(usage) == 1 and 0.0 <= usage[0].value <= 1.0
+    capacity = int(fams["vllm:cache_config_info"].samples[0].labels["num_gpu_blocks"])
+    assert capacity >= 2048  # the backend's context (ctx 2048) is the capacity
+    loaded = [s.labels["model"] for s in fams["juggler:model_loaded"].samples]
+    assert DEFAULT_MODEL in loaded
