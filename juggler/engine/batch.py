@@ -1,0 +1,111 @@
+"""Pure batch assembly for one worker tick: which tokens of which sequences go in.
+
+`schedule()` reads a description of every sequence's outstanding work and returns a
+`BatchPlan`; it does no I/O, reads no clock and touches no llama.cpp state, so the tests
+drive it directly. The worker thread carries the plan out (fill `llama_batch`, decode,
+sample the rows in `plan.logit_owners` order).
+
+Policy:
+1. Every generating sequence whose next token is its only pending token gets one decode
+   row (with logits). When the batch cannot hold them all, the rotation `start` decides
+   who waits, so over successive ticks everyone advances (round-robin fairness).
+2. Leftover room goes to prefill chunks, each at most `max_prefill_chunk` tokens, and in
+   total at most `max_prefill_chunk` while any sequence is decoding, so a long prompt never
+   starves the decoders. Sequences with a generation waiting come before input that was
+   only appended. A sequence without a generation keeps its last pending token back: its
+   logits are only needed once a generation is registered.
+3. Nothing is planned beyond `free_cells` (KV cells left); work that could not be placed
+   is listed in `deferred`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SeqWork:
+    """One sequence's outstanding work as the scheduler sees it."""
+
+    key: int
+    num_pending: int
+    is_generating: bool
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """`num_tokens` pending tokens of sequence `key`; logits for the last one if asked."""
+
+    key: int
+    num_tokens: int
+    wants_logits: bool
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    chunks: tuple[Chunk, ...]
+    deferred: tuple[int, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+    @property
+    def logit_owners(self) -> tuple[int, ...]:
+        """Sequence keys in the order of the logit rows the decode will produce."""
+        return tuple(c.key for c in self.chunks if c.wants_logits)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+def _rotated(work: Sequence[SeqWork], start: int) -> list[SeqWork]:
+    if not work:
+        return []
+    k = start % len(work)
+    return [*work[k:], *work[:k]]
+
+
+def schedulable(w: SeqWork) -> int:
+    """How many of its pending tokens a sequence may decode now."""
+    if w.is_generating:
+        return w.num_pending
+    return max(0, w.num_pending - 1)
+
+
+def schedule(
+    work: Sequence[SeqWork],
+    *,
+    max_tokens: int,
+    max_prefill_chunk: int,
+    free_cells: int,
+    start: int = 0,
+) -> BatchPlan:
+    """Plan one batch. `work` should be in a stable order (e.g. by key); `start` rotates."""
+    ordered = _rotated(work, start)
+    budget = max(0, min(max_tokens, free_cells))
+    chunks: list[Chunk] = []
+    deferred: list[int] = []
+
+    decoders = [w for w in ordered if w.is_generating and w.num_pending == 1]
+    for w in decoders:
+        if budget > 0:
+            chunks.append(Chunk(w.key, 1, True))
+            budget -= 1
+        else:
+            deferred.append(w.key)
+
+    prefill_budget = min(budget, max_prefill_chunk) if chunks else budget
+    prefillers = [w for w in ordered if w.num_pending > 1 and w.is_generating]
+    prefillers += [w for w in ordered if w.num_pending > 1 and not w.is_generating]
+    for w in prefillers:
+        want = schedulable(w)
+        n = min(want, max_prefill_chunk, prefill_budget)
+        if n <= 0:
+            deferred.append(w.key)
+            continue
+        chunks.append(Chunk(w.key, n, w.is_generating and n == w.num_pending))
+        prefill_budget -= n
+    return BatchPlan(tuple(chunks), tuple(deferred))

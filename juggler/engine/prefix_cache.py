@@ -1,0 +1,131 @@
+"""Pure policy for reusing finished sequences' KV for stateless requests.
+
+A stateless request (`/v1/chat/completions`, `/v1/completions`) runs as an ephemeral
+session. When it finishes, its sequence is kept in the worker's KV as a *cached* sequence
+(its tokens remembered) until the cells or the sequence id are needed. A new stateless
+request on that worker takes over the cached sequence with the longest common token
+prefix, removes only the tail after that prefix (`llama_memory_seq_rm(seq, L, -1)`) and
+prefills just the rest. At least one prompt token is always decoded again, because the
+first generated token needs fresh logits.
+
+Across workers the master keeps a bounded map from prefix-block hashes to the worker
+that last saw them (`prefix_keys`), so a conversation's next request lands on the worker
+that holds its KV.
+
+Cached cells are not free: with a unified KV cache every decode attends over the whole
+occupied cell range (masked), so the cached sequences are capped at `--cache-cells`
+(default an eighth of the context), least recently used evicted first; the sequence
+that finished last is always kept. Measured on SmolLM2 with 16 cached 160-token
+sequences: decode about 25% slower with 2048 cached cells, 0% with only the newest kept.
+
+All functions here are pure: no I/O, no clock, no logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+#: Tokens per block for the master's cross-worker affinity hashes.
+AFFINITY_BLOCK = 64
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass(frozen=True)
+class CachedSeq:
+    key: int
+    tokens: tuple[int, ...]
+    last_used: int
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Take over sequence `key` keeping its first `keep` tokens (0: start it fresh)."""
+
+    key: int | None
+    keep: int
+
+
+def choose_reuse(
+    cached: Iterable[CachedSeq], free_keys: Sequence[int], prompt: Sequence[int]
+) -> Reuse:
+    """Pick a sequence for a prompt: the longest shared prefix wins; ties go to the most
+    recently used. Without any shared prefix recycle the least recently used cached
+    sequence, else take a free key. `Reuse(None, 0)` means every sequence is busy."""
+    best: CachedSeq | None = None
+    best_len = 0
+    lru: CachedSeq | None = None
+    for c in cached:
+        if lru is None or c.last_used < lru.last_used:
+            lru = c
+        n = common_prefix_len(c.tokens, prompt)
+        if n > best_len or (
+            n == best_len and n > 0 and best is not None and c.last_used > best.last_used
+        ):
+            best, best_len = c, n
+    keep = min(best_len, max(0, len(prompt) - 1))
+    if best is not None and keep > 0:
+        return Reuse(best.key, keep)
+    # Recycle the least recently used cached sequence before opening a free one: cached
+    # cells scattered over the KV buffer widen every decode's attention range.
+    if lru is not None:
+        return Reuse(lru.key, 0)
+    if free_keys:
+        return Reuse(free_keys[0], 0)
+    return Reuse(None, 0)
+
+
+def over_budget(cached: Iterable[CachedSeq], budget: int, keep: int | None) -> list[int]:
+    """Cached sequences to drop, least recently used first, until the cached cells fit in
+    `budget`; sequence `keep` (the one that just finished) is never chosen."""
+    items = sorted(cached, key=lambda c: c.last_used)
+    excess = sum(len(c.tokens) for c in items) - budget
+    out: list[int] = []
+    for c in items:
+        if excess <= 0:
+            break
+        if c.key == keep:
+            continue
+        out.append(c.key)
+        excess -= len(c.tokens)
+    return out
+
+
+def choose_evictions(cached: Iterable[CachedSeq], cells_needed: int) -> list[int]:
+    """Cached sequences to drop, least recently used first, to free `cells_needed` cells."""
+    out: list[int] = []
+    freed = 0
+    for c in sorted(cached, key=lambda c: c.last_used):
+        if freed >= cells_needed:
+            break
+        out.append(c.key)
+        freed += len(c.tokens)
+    return out
+
+
+def prefix_keys(tokens: Sequence[int], block: int = AFFINITY_BLOCK) -> tuple[int, ...]:
+    """Chained hashes of each whole `block` of the prompt (short prompts: none)."""
+    out: list[int] = []
+    h = 0
+    for end in range(block, len(tokens) + 1, block):
+        h = hash((h, tuple(tokens[end - block : end])))
+        out.append(h)
+    return tuple(out)
+
+
+def best_affinity(keys: Sequence[int], owners: Mapping[int, int]) -> int | None:
+    """The worker holding the longest run of these prefix blocks, if any."""
+    found: int | None = None
+    for k in keys:
+        w = owners.get(k)
+        if w is None:
+            break
+        found = w
+    return found

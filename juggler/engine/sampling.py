@@ -1,0 +1,89 @@
+"""Sampling parameters and the text side of generation: UTF-8 assembly and stop strings.
+
+The per-generation `llama_sampler` chain itself is `native.Sampler` (penalties, top_k,
+top_p, min_p, temperature, then a seeded draw, or greedy at temperature 0). This module
+is pure: it runs on the worker thread but touches no llama.cpp state, so the tests call
+it directly.
+"""
+
+from __future__ import annotations
+
+import codecs
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What one generation asks for; defaults follow llama.cpp's server."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    penalty_last_n: int = 64
+    stop: tuple[str, ...] = ()
+    #: llama.cpp server's extension: never sample an end-of-generation token.
+    ignore_eos: bool = False
+
+    def resolved_seed(self) -> int:
+        return self.seed if self.seed is not None else random.getrandbits(32)
+
+
+class Utf8Assembler:
+    """Turns token byte pieces into text without splitting multi-byte characters."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes) -> str:
+        return self._decoder.decode(data)
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)
+
+
+class StopMatcher:
+    """Finds stop strings in streamed text, holding back text that may start one.
+
+    `feed(text)` returns `(emit, stopped)`: `emit` is text that can safely be sent now;
+    when `stopped` is True the output ends before the stop string (which is not sent).
+    `flush()` returns whatever is still held back when generation ends for another reason.
+    """
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self._stops = tuple(s for s in stops if s)
+        self._held = ""
+        self.is_matched = False
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        if not self._stops:
+            return text, False
+        buf = self._held + text
+        first = -1
+        for stop in self._stops:
+            at = buf.find(stop)
+            if at != -1 and (first == -1 or at < first):
+                first = at
+        if first != -1:
+            self._held = ""
+            self.is_matched = True
+            return buf[:first], True
+        keep = 0
+        for stop in self._stops:
+            # The longest suffix of buf that is a proper prefix of this stop string.
+            for n in range(min(len(stop) - 1, len(buf)), 0, -1):
+                if buf.endswith(stop[:n]):
+                    keep = max(keep, n)
+                    break
+        self._held = buf[len(buf) - keep :] if keep else ""
+        return buf[: len(buf) - keep], False
+
+    def flush(self) -> str:
+        out, self._held = self._held, ""
+        return out

@@ -1,0 +1,81 @@
+"""A session's state inside its worker: sequence id, tokens, pending input, generation.
+
+Owned by one worker thread; nothing else reads or writes it.
+
+Lifecycle (`SessionState`):
+
+    IDLE --generate--> GENERATING --done/cancel/error--> IDLE         (API sessions)
+    GENERATING --done--> CACHED  (ephemeral sessions of stateless requests: KV kept)
+    CACHED --a request reuses its prefix--> GENERATING
+    IDLE --end--> CLOSED ;  CACHED --evicted--> CLOSED
+
+KV discipline: `tokens` is exactly what the sequence holds in the KV cache, at positions
+0..n_past-1; the next token always goes in at `pos = n_past`. `pending` is input (or the
+last sampled token) not yet decoded. A sampled token enters `pending` and is decoded on
+the next tick, so after a cancel or a length stop the conversation continues seamlessly.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from juggler.engine.chat import ChatState
+from juggler.engine.native import Sampler
+from juggler.engine.sampling import SamplingParams, StopMatcher, Utf8Assembler
+from juggler.engine.stream import StreamSink
+
+
+class SessionState(enum.Enum):
+    IDLE = "idle"
+    GENERATING = "generating"
+    CACHED = "cached"
+    CLOSED = "closed"
+
+
+@dataclass(eq=False)
+class Generation:
+    """One running generation: budget, sampler chain, text assembly and its stream."""
+
+    params: SamplingParams
+    sink: StreamSink
+    sampler: Sampler
+    max_new_tokens: int
+    t_arrival: float
+    prompt_tokens: int
+    stop: StopMatcher
+    #: A chat session continuing its last (cancelled or cut) assistant reply.
+    continues_reply: bool = False
+    utf8: Utf8Assembler = field(default_factory=Utf8Assembler)
+    num_generated: int = 0
+    t_first: float = 0.0
+    t_last: float = 0.0
+    token_times: list[float] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
+    #: The raw text of every token that stays in the sequence (stop strings included).
+    raw_parts: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Session:
+    session_id: str
+    seq_id: int
+    is_ephemeral: bool = False
+    state: SessionState = SessionState.IDLE
+    tokens: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    chat: ChatState | None = None
+    generation: Generation | None = None
+    last_used: int = 0
+    #: Prompt tokens decoded since the last generation finished (input prefill).
+    num_prefilled: int = 0
+    #: Prompt tokens found already in KV when this request started (stateless reuse).
+    num_reused: int = 0
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_cells(self) -> int:
+        return len(self.tokens)

@@ -1,0 +1,107 @@
+"""The bridge from a worker thread to one request's asyncio consumer.
+
+A worker pushes `StreamEvent`s with `StreamSink.push()`; each lands in an `asyncio.Queue`
+through `loop.call_soon_threadsafe`, so the worker never blocks on a consumer. The bound
+is counted rather than enforced by the queue: the worker counts what it sent, the
+consumer counts what it took (each counter has one writer), and when more than
+`max_pending` events are unconsumed the worker ends the stream with an error event.
+Cancellation goes the other way: the consumer sets `is_cancelled`; the worker checks it
+once per tick and finishes the generation with finish_reason "cancelled".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from juggler.errors import JugglerError
+
+
+class EventKind(enum.Enum):
+    TOKEN = "token"
+    DONE = "done"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    """What one finished generation did; the backend's /stats shows the latest."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    prompt_tokens_prefilled: int = 0
+    prompt_tokens_reused: int = 0
+    time_to_first_token: float = 0.0
+    tokens_per_second: float = 0.0
+    decode_token_count: int = 0
+    decode_token_times: tuple[float, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "time_to_first_token": self.time_to_first_token,
+            "tokens_per_second": self.tokens_per_second,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "prompt_tokens": self.input_tokens,
+            "prompt_tokens_prefilled": self.prompt_tokens_prefilled,
+            "prompt_tokens_reused": self.prompt_tokens_reused,
+            "decode_token_count": self.decode_token_count,
+            "decode_token_times": list(self.decode_token_times),
+        }
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    kind: EventKind
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    finish_reason: str | None = None
+    stats: RequestStats | None = None
+    error: JugglerError | None = None
+
+
+@dataclass(eq=False)
+class StreamSink:
+    """One request's event stream. `push`/`finish` run on the worker thread; `get`,
+    `cancel` run on the event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    max_pending: int = 256
+    queue: asyncio.Queue[StreamEvent] = field(default_factory=asyncio.Queue)
+    num_sent: int = 0
+    num_taken: int = 0
+    is_cancelled: bool = False
+    is_finished: bool = False
+
+    # -- worker thread ---------------------------------------------------------------
+    def _post(self, event: StreamEvent) -> None:
+        self.num_sent += 1
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.is_cancelled = True
+
+    def push(self, event: StreamEvent) -> bool:
+        """Queue a token event; False (nothing queued) when the consumer is too far behind."""
+        if self.num_sent - self.num_taken >= self.max_pending:
+            return False
+        self._post(event)
+        return True
+
+    def finish(self, event: StreamEvent) -> None:
+        """Queue the final DONE or ERROR event (always accepted) and close the sink."""
+        if self.is_finished:
+            return
+        self.is_finished = True
+        self._post(event)
+
+    # -- event loop ------------------------------------------------------------------
+    async def get(self) -> StreamEvent:
+        event = await self.queue.get()
+        self.num_taken += 1
+        return event
+
+    def cancel(self) -> None:
+        self.is_cancelled = True

@@ -1,0 +1,77 @@
+"""Pure batch assembly: decode rows first, bounded prefill, round-robin, KV cell limits."""
+
+from __future__ import annotations
+
+from juggler.engine.batch import Chunk, SeqWork, schedule
+
+
+def test_every_generating_session_gets_one_decode_row_with_logits() -> None:
+    work = [SeqWork(k, 1, True) for k in range(8)]
+    plan = schedule(work, max_tokens=512, max_prefill_chunk=256, free_cells=1000)
+    assert plan.num_tokens == 8
+    assert all(c.num_tokens == 1 and c.wants_logits for c in plan.chunks)
+    assert sorted(plan.logit_owners) == list(range(8))
+    assert plan.deferred == ()
+
+
+def test_long_prompt_is_chunked_and_does_not_starve_decoders() -> None:
+    work = [SeqWork(0, 1, True), SeqWork(1, 1000, True), SeqWork(2, 1, True)]
+    plan = schedule(work, max_tokens=512, max_prefill_chunk=128, free_cells=10_000)
+    by_key = {c.key: c for c in plan.chunks}
+    assert by_key[0] == Chunk(0, 1, True)
+    assert by_key[2] == Chunk(2, 1, True)
+    assert by_key[1] == Chunk(1, 128, False)  # not the last prompt token: no logits yet
+
+
+def test_prefill_alone_may_use_the_whole_batch_but_chunks_stay_bounded() -> None:
+    work = [SeqWork(0, 300, True), SeqWork(1, 300, True)]
+    plan = schedule(work, max_tokens=512, max_prefill_chunk=256, free_cells=10_000)
+    assert [c.num_tokens for c in plan.chunks] == [256, 256]
+
+
+def test_last_prompt_chunk_requests_logits() -> None:
+    plan = schedule(
+        [SeqWork(3, 40, True)], max_tokens=512, max_prefill_chunk=256, free_cells=10_000
+    )
+    assert plan.chunks == (Chunk(3, 40, True),)
+    assert plan.logit_owners == (3,)
+
+
+def test_appended_input_without_generation_keeps_last_token_back() -> None:
+    plan = schedule(
+        [SeqWork(0, 10, False), SeqWork(1, 1, False)],
+        max_tokens=512,
+        max_prefill_chunk=256,
+        free_cells=10_000,
+    )
+    assert plan.chunks == (Chunk(0, 9, False),)
+    assert plan.logit_owners == ()
+
+
+def test_generating_prefill_comes_before_appended_input() -> None:
+    work = [SeqWork(0, 200, False), SeqWork(1, 200, True)]
+    plan = schedule(work, max_tokens=256, max_prefill_chunk=256, free_cells=10_000)
+    assert plan.chunks[0].key == 1
+    assert plan.num_tokens == 256
+
+
+def test_full_batch_rotates_so_everyone_advances() -> None:
+    work = [SeqWork(k, 1, True) for k in range(5)]
+    seen: set[int] = set()
+    for tick in range(5):
+        plan = schedule(work, max_tokens=2, max_prefill_chunk=2, free_cells=100, start=tick)
+        assert plan.num_tokens == 2
+        assert len(plan.deferred) == 3
+        seen.update(plan.logit_owners)
+    assert seen == set(range(5))
+
+
+def test_nothing_is_planned_beyond_free_kv_cells() -> None:
+    work = [SeqWork(0, 1, True), SeqWork(1, 50, True)]
+    plan = schedule(work, max_tokens=512, max_prefill_chunk=256, free_cells=10)
+    assert plan.num_tokens == 10
+    assert schedule(work, max_tokens=512, max_prefill_chunk=256, free_cells=0).is_empty
+    assert set(schedule(work, max_tokens=512, max_prefill_chunk=256, free_cells=0).deferred) == {
+        0,
+        1,
+    }

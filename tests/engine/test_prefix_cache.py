@@ -1,0 +1,64 @@
+"""Pure prefix-reuse policy for stateless requests."""
+
+from __future__ import annotations
+
+from juggler.engine.prefix_cache import (
+    CachedSeq,
+    Reuse,
+    best_affinity,
+    choose_evictions,
+    choose_reuse,
+    common_prefix_len,
+    over_budget,
+    prefix_keys,
+)
+
+
+def test_common_prefix_len() -> None:
+    assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix_len([], [1]) == 0
+    assert common_prefix_len([1, 2], [1, 2, 3]) == 2
+
+
+def test_longest_shared_prefix_wins() -> None:
+    cached = [CachedSeq(0, (1, 2, 3, 9), 5), CachedSeq(1, (1, 2, 3, 4, 5), 1)]
+    assert choose_reuse(cached, [2, 3], [1, 2, 3, 4, 5, 6]) == Reuse(1, 5)
+
+
+def test_at_least_one_prompt_token_is_decoded_again() -> None:
+    cached = [CachedSeq(0, (1, 2, 3, 4), 1)]
+    assert choose_reuse(cached, [], [1, 2, 3, 4]) == Reuse(0, 3)
+
+
+def test_no_shared_prefix_recycles_the_lru_cached_sequence_before_a_free_one() -> None:
+    cached = [CachedSeq(0, (7, 8), 5), CachedSeq(1, (9,), 2)]
+    assert choose_reuse(cached, [4], [1, 2]) == Reuse(1, 0)
+    assert choose_reuse([], [4, 5], [1, 2]) == Reuse(4, 0)
+
+
+def test_cached_cells_are_capped_lru_first_sparing_the_newest() -> None:
+    cached = [CachedSeq(0, (1,) * 10, 3), CachedSeq(1, (1,) * 10, 1), CachedSeq(2, (1,) * 10, 9)]
+    assert over_budget(cached, 30, keep=2) == []
+    assert over_budget(cached, 15, keep=2) == [1, 0]
+    assert over_budget(cached, 5, keep=2) == [1, 0]
+    assert over_budget(cached, 25, keep=1) == [0]
+
+
+def test_everything_busy_means_wait() -> None:
+    assert choose_reuse([], [], [1, 2]) == Reuse(None, 0)
+
+
+def test_evictions_are_lru_until_enough_cells() -> None:
+    cached = [CachedSeq(0, (1,) * 10, 3), CachedSeq(1, (1,) * 10, 1), CachedSeq(2, (1,) * 10, 2)]
+    assert choose_evictions(cached, 15) == [1, 2]
+    assert choose_evictions(cached, 0) == []
+
+
+def test_prefix_keys_chain_and_affinity() -> None:
+    a = list(range(200))
+    b = [*range(128), *range(1000, 1072)]
+    ka, kb = prefix_keys(a, 64), prefix_keys(b, 64)
+    assert len(ka) == 3 and ka[:2] == kb[:2] and ka[2] != kb[2]
+    owners = {ka[0]: 1, ka[1]: 1, ka[2]: 1}
+    assert best_affinity(kb, owners) == 1
+    assert best_affinity(prefix_keys(list(range(5000, 5100)), 64), owners) is None

@@ -1,0 +1,150 @@
+"""Session API and KV reuse, read back from the backend's /stats."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.engine.conftest import Backend
+
+pytestmark = pytest.mark.slow
+
+
+def generate(
+    c: httpx.Client, sid: str, n: int, **sampling: Any
+) -> tuple[list[Any], dict[str, Any]]:
+    chunks: list[Any] = []
+    done: dict[str, Any] = {}
+    req = {"max_new_tokens": n, "temperature": 0, **sampling}
+    with c.stream("POST", f"/v1/sessions/{sid}/generate", json=req) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            obj = json.loads(line[6:])
+            if obj.get("done"):
+                done = obj
+            else:
+                assert "error" not in obj, obj
+                chunks.append(obj)
+    return chunks, done
+
+
+def test_chat_session_turn_k_prefills_only_turn_k(smol_backend: Backend) -> None:
+    with smol_backend.client() as c:
+        sid = c.post("/v1/sessions", json={}).json()["session_id"]
+        topic = uuid.uuid4().hex[:8]
+        system = {"role": "system", "content": f"You are a terse assistant #{topic}. " * 8}
+        history_tokens = 0
+        for turn in range(4):
+            msgs = [{"role": "user", "content": f"Turn {turn}: name a colour, please."}]
+            if turn == 0:
+                msgs.insert(0, system)
+            appended = c.post(f"/v1/sessions/{sid}/input", json={"messages": msgs}).json()
+            assert appended["session_id"] == sid and appended["n_tokens"] > 0
+            chunks, done = generate(c, sid, 12)
+            assert done["finish_reason"] in ("stop", "length")
+            stats = smol_backend.stats()
+            assert stats["output_tokens"] == len(chunks) == done["usage"]["completion_tokens"]
+            prefilled = stats["prompt_tokens_prefilled"]
+            reused = stats["prompt_tokens_reused"]
+            assert isinstance(prefilled, int) and isinstance(reused, int)
+            assert prefilled + reused == stats["input_tokens"]
+            # New input + the assistant header (+1 leftover token after a length stop).
+            assert appended["n_tokens"] < prefilled <= appended["n_tokens"] + 6
+            if turn > 0:
+                assert reused >= history_tokens > 100
+            history_tokens = int(stats["input_tokens"]) + len(chunks) - 1
+        assert c.delete(f"/v1/sessions/{sid}").status_code == 200
+
+
+def test_text_session_appends_deltas(smol_backend: Backend) -> None:
+    with smol_backend.client() as c:
+        sid = c.post("/v1/sessions", json={}).json()["session_id"]
+        a = c.post(f"/v1/sessions/{sid}/input", json={"text": "The colours of the rainbow"}).json()
+        b = c.post(f"/v1/sessions/{sid}/input", json={"text": " are red, orange,"}).json()
+        assert b["n_past"] == a["n_past"] + b["n_tokens"]
+        chunks, done = generate(c, sid, 5)
+        assert len(chunks) == 5 and done["finish_reason"] == "length"
+        assert all(len(ch["token_ids"]) == 1 for ch in chunks)
+        r = c.post(
+            f"/v1/sessions/{sid}/input", json={"messages": [{"role": "user", "content": "x"}]}
+        )
+        assert r.status_code == 400
+        c.delete(f"/v1/sessions/{sid}")
+
+
+def test_cancel_keeps_kv_and_the_next_generate_continues(smol_backend: Backend) -> None:
+    with smol_backend.client() as c:
+        sid = c.post("/v1/sessions", json={}).json()["session_id"]
+        c.post(f"/v1/sessions/{sid}/input", json={"text": "Here is a very long story: "})
+        got = 0
+        final: dict[str, Any] = {}
+        req = {"max_new_tokens": 400, "temperature": 0}
+        with c.stream("POST", f"/v1/sessions/{sid}/generate", json=req) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                obj = json.loads(line[6:])
+                if obj.get("done"):
+                    final = obj
+                    continue
+                got += 1
+                if got == 3:
+                    assert c.post(f"/v1/sessions/{sid}/cancel").json()["cancelled"] is True
+        assert final["finish_reason"] == "cancelled"
+        assert 3 <= final["usage"]["completion_tokens"] < 400
+        held = final["usage"]["prompt_tokens"] + final["usage"]["completion_tokens"]
+        _, done = generate(c, sid, 4)
+        usage = done["usage"]
+        # The conversation continues after the cancelled reply: everything is reused.
+        assert usage["prompt_tokens"] == held
+        assert usage["prompt_tokens_prefilled"] <= 1
+        assert c.post(f"/v1/sessions/{sid}/cancel").json()["cancelled"] is False
+        c.delete(f"/v1/sessions/{sid}")
+
+
+def test_ending_a_session_returns_kv_usage(smol_backend: Backend) -> None:
+    with smol_backend.client() as c:
+        before = smol_backend.stats()["kv_cells_used"]
+        sid = c.post("/v1/sessions", json={}).json()["session_id"]
+        c.post(f"/v1/sessions/{sid}/input", json={"text": "Tell me about the sea. " * 10})
+        generate(c, sid, 8)
+        during = smol_backend.stats()["kv_cells_used"]
+        assert isinstance(during, int) and isinstance(before, int) and during > before + 50
+        assert c.delete(f"/v1/sessions/{sid}").json()["deleted"] is True
+        assert smol_backend.stats()["kv_cells_used"] == before
+        r = c.post(f"/v1/sessions/{sid}/input", json={"text": "again"})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
+        assert c.delete(f"/v1/sessions/{sid}").status_code == 404
+
+
+def test_stateless_chat_with_shared_prefix_reuses_kv(smol_backend: Backend) -> None:
+    system = {
+        "role": "system",
+        "content": f"Conversation {uuid.uuid4().hex}. Answer in one short line. " * 6,
+    }
+    messages: list[dict[str, str]] = [system]
+    with smol_backend.client() as c:
+        for turn in range(4):
+            messages.append({"role": "user", "content": f"Question {turn}: name an animal."})
+            body = c.post(
+                "/v1/chat/completions",
+                json={"messages": messages, "max_tokens": 10, "temperature": 0},
+            ).json()
+            reply = body["choices"][0]["message"]["content"]
+            stats = smol_backend.stats()
+            assert stats["input_tokens"] == body["usage"]["prompt_tokens"]
+            prefilled = stats["prompt_tokens_prefilled"]
+            reused = stats["prompt_tokens_reused"]
+            assert isinstance(prefilled, int) and isinstance(reused, int)
+            if turn == 0:
+                assert reused < 5
+            else:
+                # Only the new user turn (and the tail of the last reply) is decoded.
+                assert prefilled <= 40 < reused
+            messages.append({"role": "assistant", "content": reply})
