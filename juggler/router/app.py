@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -24,7 +24,7 @@ from juggler.registry.catalog import Registry
 from juggler.router import admin_routes, metrics_route, openai_routes, sessions
 from juggler.router.deps import RouterState
 from juggler.router.middleware import AuthMiddleware, BodyLimitMiddleware
-from juggler.router.proxy import Proxy
+from juggler.router.proxy import ClientGone, Proxy
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")
@@ -79,6 +79,13 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         if exc.status >= 500:
             log.warning("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
         return JSONResponse(render(exc), status_code=exc.status)
+
+    @app.exception_handler(ClientGone)
+    async def on_client_gone(request: Request, exc: ClientGone) -> Response:
+        log.info(
+            "%s %s: client went away; backend request closed", request.method, request.url.path
+        )
+        return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
 
     @app.exception_handler(RequestValidationError)
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:

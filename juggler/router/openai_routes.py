@@ -47,13 +47,17 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
 @router.post("/chat/completions")
 async def chat_completions(request: Request) -> Response:
     body, raw = await parse(request, ChatRequest)
-    return await state_of(request).proxy.forward(body.model, "/v1/chat/completions", raw)
+    return await state_of(request).proxy.forward(
+        body.model, "/v1/chat/completions", raw, client_request=request
+    )
 
 
 @router.post("/completions")
 async def completions(request: Request) -> Response:
     body, raw = await parse(request, CompletionRequest)
-    return await state_of(request).proxy.forward(body.model, "/v1/completions", raw)
+    return await state_of(request).proxy.forward(
+        body.model, "/v1/completions", raw, client_request=request
+    )
 
 
 @router.post("/embeddings")

@@ -7,13 +7,15 @@ when the response has been fully sent, the client went away, or the backend fail
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import httpx
-from fastapi import Response
+from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 
 from juggler.errors import BackendDead, error_body
@@ -21,10 +23,17 @@ from juggler.manager.lease import Lease
 from juggler.manager.manager import Manager
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
+#: How often a non-streaming request checks whether its client is still there.
+DISCONNECT_POLL_S = 0.25
 #: Generation can take minutes; only connecting has a short deadline.
 TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
 _PASS_HEADERS = ("content-type", "cache-control")
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
 
 
 def sse_error(message: str, code: str = "backend_error") -> bytes:
@@ -69,6 +78,9 @@ class Proxy:
                 self.num_waiting -= 1
             try:
                 return lease, await self._send(lease, method, path, body)
+            except asyncio.CancelledError:
+                lease.release()  # the client went away while the backend was working
+                raise
             except httpx.TransportError as exc:
                 lease.release()
                 await self.manager.report_backend_failure(lease)
@@ -86,36 +98,62 @@ class Proxy:
         *,
         method: str = "POST",
         lease: Lease | None = None,
+        client_request: Request | None = None,
     ) -> Response:
         """Send `body` to the backend of `model` at `path`; stream if the backend streams.
 
         With `lease` given (session routes), that backend is used and the lease is released
-        here; otherwise the model is acquired (auto-loaded) first."""
+        here; otherwise the model is acquired (auto-loaded) first. With `client_request`
+        given, a client that disconnects before a non-streaming answer is ready gets the
+        backend request closed, which cancels the generation there."""
+        held: Lease
         if lease is None:
-            lease, response = await self._open(model, method, path, body)
+            held, response = await self._unless_gone(
+                self._open(model, method, path, body), client_request
+            )
         else:
+            held = lease
             try:
-                response = await self._send(lease, method, path, body)
+                response = await self._send(held, method, path, body)
             except httpx.TransportError as exc:
-                lease.release()
-                await self.manager.report_backend_failure(lease)
+                held.release()
+                await self.manager.report_backend_failure(held)
                 raise BackendDead(f"backend for {model!r} failed: {exc!r}") from exc
         headers = {k: v for k, v in response.headers.items() if k in _PASS_HEADERS}
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             try:
-                content = await response.aread()
+                content = await self._unless_gone(response.aread(), client_request)
             except httpx.TransportError as exc:
-                await self.manager.report_backend_failure(lease)
+                await self.manager.report_backend_failure(held)
                 raise BackendDead(f"backend for {model!r} died mid-request: {exc!r}") from exc
             finally:
                 await response.aclose()
-                lease.release()
+                held.release()
             return Response(content, status_code=response.status_code, headers=headers)
         return StreamingResponse(
-            self._relay(lease, response),
+            self._relay(held, response),
             status_code=response.status_code,
             headers=headers,
         )
+
+    async def _unless_gone(self, work: Awaitable[T], client_request: Request | None) -> T:
+        """Await `work`; if the client disconnects first, cancel it (closing the backend
+        request, which cancels the generation there) and raise ClientGone."""
+        if client_request is None:
+            return await work
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    return task.result()
+                if await client_request.is_disconnected():
+                    raise ClientGone
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     async def _relay(self, lease: Lease, response: httpx.Response) -> AsyncIterator[bytes]:
         """Yield backend bytes as they come. Closing this generator (client disconnect)

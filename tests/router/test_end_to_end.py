@@ -197,3 +197,42 @@ def test_metrics_endpoint_has_vllm_series_for_the_loaded_model(chat_server: Runn
     assert capacity >= 2048  # the backend's context (ctx 2048) is the capacity
     loaded = [s.labels["model"] for s in fams["juggler:model_loaded"].samples]
     assert DEFAULT_MODEL in loaded
+
+
+def test_non_streaming_client_that_disconnects_cancels_the_generation(
+    chat_server: RunningServer,
+) -> None:
+    """Issue 3: generation stops on "client disconnect (the router notices and cancels)"."""
+    import json
+    import socket
+    import time
+
+    backend = next(
+        m["backend_url"]
+        for m in chat_server.health()["all_models_loaded"]  # type: ignore[union-attr]
+        if m["model_name"] == DEFAULT_MODEL
+    )
+    body = json.dumps(
+        {"model": DEFAULT_MODEL, "prompt": "Count:", "max_tokens": 1500, "ignore_eos": True}
+    ).encode()
+    host, port = chat_server.base_url.removeprefix("http://").split(":")
+    with httpx.Client(timeout=10) as direct:
+
+        def running() -> int:
+            return int(direct.get(backend + "/stats").json()["requests_running"])
+
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(
+                b"POST /api/v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            deadline = time.monotonic() + 30
+            while running() == 0:  # the generation has started in the backend
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        # 1500 tokens take ~20 s here; a cancelled request stops within a few polls
+        deadline = time.monotonic() + 5
+        while running() != 0:
+            assert time.monotonic() < deadline, "the backend kept generating for a gone client"
+            time.sleep(0.05)
