@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import queue
-import threading
 from collections.abc import Callable
 
 from juggler.engine.messages import Command, CommandKind, reject, resolve
 from juggler.engine.native import POOLING_NONE, POOLING_RANK, Batch, Context, ContextParams, Model
+from juggler.engine.owner_thread import OwnerThread
 from juggler.engine.stream import RequestStats
-from juggler.engine.worker import WorkerConfig, WorkerSnapshot
+from juggler.engine.worker_types import WorkerConfig, WorkerSnapshot
 from juggler.errors import BadRequest, ContextOverflow, JugglerError
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ def group_inputs(lengths: list[int], *, max_seqs: int, max_tokens: int) -> list[
     return groups
 
 
-class EmbedWorker:
+class EmbedWorker(OwnerThread):
     def __init__(
         self,
         worker_id: int,
@@ -61,31 +60,8 @@ class EmbedWorker:
         loop: asyncio.AbstractEventLoop,
         notify: Callable[[Command], None],
     ) -> None:
-        self.worker_id = worker_id
-        self.model = model
-        self.config = config
+        super().__init__("embed", worker_id, model, config, loop, notify)
         self.rerank = rerank
-        self.loop = loop
-        self.notify = notify
-        self.snapshot = WorkerSnapshot(kv_total=config.n_ctx)
-        self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=f"embed-{worker_id}", daemon=True)
-        self._ready = threading.Event()
-        self._start_error: BaseException | None = None
-        self.n_ctx = config.n_ctx
-
-    def start(self) -> None:
-        self._thread.start()
-        self._ready.wait()
-        if self._start_error is not None:
-            raise self._start_error
-
-    def submit(self, cmd: Command) -> None:
-        self._inbox.put(cmd)
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._inbox.put(Command(CommandKind.SHUTDOWN))
-        self._thread.join(timeout_s)
 
     # -- worker thread -------------------------------------------------------------
     def _run(self) -> None:
@@ -110,10 +86,9 @@ class EmbedWorker:
             self.n_ctx = ctx.n_ctx
             batch = Batch(ctx.n_batch)
         except BaseException as exc:
-            self._start_error = exc
-            self._ready.set()
+            self._started(exc)
             return
-        self._ready.set()
+        self._started()
         try:
             while True:
                 cmd = self._inbox.get()

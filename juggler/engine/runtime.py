@@ -24,7 +24,8 @@ from juggler.engine.native import Model, supports_gpu_offload
 from juggler.engine.prefix_cache import prefix_keys
 from juggler.engine.sampling import SamplingParams
 from juggler.engine.stream import StreamSink
-from juggler.engine.worker import Worker, WorkerConfig, WorkerSnapshot
+from juggler.engine.worker import Worker
+from juggler.engine.worker_types import WorkerConfig, WorkerSnapshot
 from juggler.errors import BadRequest, ContextOverflow
 from juggler.types import ModelType
 

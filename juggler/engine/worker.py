@@ -37,19 +37,19 @@ import asyncio
 import collections
 import logging
 import queue
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from juggler.engine import batch as batching
 from juggler.engine.chat import ChatTemplate
 from juggler.engine.messages import Command, CommandKind, reject
 from juggler.engine.native import Batch, Context, ContextParams, Model
+from juggler.engine.owner_thread import OwnerThread
 from juggler.engine.prefix_cache import CachedSeq, choose_evictions, choose_reuse
 from juggler.engine.session import Session, SessionState
 from juggler.engine.session_ops import SessionOps
 from juggler.engine.stream import EventKind, StreamEvent
+from juggler.engine.worker_types import WorkerConfig, WorkerSnapshot
 from juggler.errors import ContextOverflow, JugglerError
 
 log = logging.getLogger(__name__)
@@ -58,33 +58,7 @@ log = logging.getLogger(__name__)
 EAGER_PREFILL_GRACE_S = 0.03
 
 
-@dataclass(frozen=True)
-class WorkerConfig:
-    n_ctx: int
-    n_batch: int
-    n_seq_max: int
-    n_threads: int
-    max_prefill_chunk: int = 256
-    flash_attn: int = -1
-    #: Cell budget of cached (finished stateless) sequences; None: an eighth of n_ctx.
-    cache_cells: int | None = None
-
-
-@dataclass(frozen=True)
-class WorkerSnapshot:
-    """Published by the worker thread after every tick; read by routes for metrics."""
-
-    num_running: int = 0
-    num_waiting: int = 0
-    num_sessions: int = 0
-    num_cached: int = 0
-    kv_used: int = 0
-    kv_total: int = 0
-    num_decodes: int = 0
-    decode_s: float = 0.0
-
-
-class Worker(SessionOps):
+class Worker(OwnerThread, SessionOps):
     """One worker thread. `start()` and `submit()` may be called from any thread."""
 
     def __init__(
@@ -96,17 +70,8 @@ class Worker(SessionOps):
         loop: asyncio.AbstractEventLoop,
         notify: Callable[[Command], None],
     ) -> None:
-        self.worker_id = worker_id
-        self.model = model
-        self.config = config
+        super().__init__("worker", worker_id, model, config, loop, notify)
         self.template = template
-        self.loop = loop
-        self.notify = notify
-        self.snapshot = WorkerSnapshot(kv_total=config.n_ctx)
-        self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=f"worker-{worker_id}", daemon=True)
-        self._ready = threading.Event()
-        self._start_error: BaseException | None = None
         self._stopping = False
         self._stalled = False
         self._grace_used = False
@@ -117,25 +82,9 @@ class Worker(SessionOps):
         self.waiting: collections.deque[Command] = collections.deque()
         self.ctx: Context | None = None
         self.batch: Batch | None = None
-        self.n_ctx = config.n_ctx
         self.cache_cells = (
             config.cache_cells if config.cache_cells is not None else config.n_ctx // 8
         )
-
-    # -- any thread ------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the thread and block until its context exists (raises if it failed)."""
-        self._thread.start()
-        self._ready.wait()
-        if self._start_error is not None:
-            raise self._start_error
-
-    def submit(self, cmd: Command) -> None:
-        self._inbox.put(cmd)
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._inbox.put(Command(CommandKind.SHUTDOWN))
-        self._thread.join(timeout_s)
 
     # -- worker thread ---------------------------------------------------------------
     def _run(self) -> None:
@@ -155,10 +104,9 @@ class Worker(SessionOps):
             self.n_ctx = self.ctx.n_ctx
             self.batch = Batch(cfg.n_batch)
         except BaseException as exc:  # reported to start()
-            self._start_error = exc
-            self._ready.set()
+            self._started(exc)
             return
-        self._ready.set()
+        self._started()
         try:
             while not self._stopping:
                 self._step()
