@@ -7,6 +7,9 @@
    llama-cpp-python's `Llama.create_completion`.
 2. In the same rounds: llama.cpp's `llama-server` (same model, threads, slots) and
    `llama-batched-bench` (same batch sizes). Build both with bench/build_llamacpp.sh.
+   batched-bench is reported two ways: S_TG (its decode-only rate, prompt processing
+   excluded) and end-to-end (generated tokens over its total time, 32-token prompts
+   included), the figure comparable to tokens/s measured over whole requests.
 3. Multi-turn: time to first token of turn 8 (~100-token turns, 32-token replies) via
    the session API and via stateless streaming chat, vs llama-server with and without
    its prompt cache.
@@ -306,7 +309,10 @@ class SerialLlama:
         return total / (time.perf_counter() - t0)
 
 
-def batched_bench(model: Path, levels: list[int], n_new: int) -> dict[int, float]:
+def batched_bench(model: Path, levels: list[int], n_new: int) -> dict[int, tuple[float, float]]:
+    """{batch size: (S_TG, end-to-end)}. S_TG is its decode-only rate (prompt processing
+    excluded); end-to-end is generated tokens over its total time, prompts included,
+    which is what a request's tokens/s through a server also counts."""
     exe = BIN / "llama-batched-bench"
     if not exe.exists():
         return {}
@@ -333,11 +339,13 @@ def batched_bench(model: Path, levels: list[int], n_new: int) -> dict[int, float
         text=True,
         timeout=1200,
     )
-    rows: dict[int, float] = {}
+    rows: dict[int, tuple[float, float]] = {}
     for line in out.stdout.splitlines():
+        # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 8 and cells[0].isdigit():
-            rows[int(cells[2])] = float(cells[7])  # B -> S_TG t/s
+        if len(cells) >= 10 and cells[0].isdigit():
+            tg, b, total_s = int(cells[1]), int(cells[2]), float(cells[8])
+            rows[b] = (float(cells[7]), b * tg / total_s)
     return rows
 
 
@@ -469,10 +477,12 @@ def main() -> None:
                         add(f"llama-server@{conc}", ts)
                         add(f"juggler/llama-server@{conc}", t / ts)
                 if 2 in which:
-                    for b, v in batched_bench(model, levels, args.new_tokens).items():
-                        add(f"batched-bench@{b}", v)
+                    for b, (tg, e2e) in batched_bench(model, levels, args.new_tokens).items():
                         last = res.get(f"juggler@{b}", [float("nan")])[-1]
-                        add(f"juggler/batched-bench@{b}", last / v)
+                        add(f"batched-bench S_TG@{b}", tg)
+                        add(f"juggler/batched-bench S_TG@{b}", last / tg)
+                        add(f"batched-bench end-to-end@{b}", e2e)
+                        add(f"juggler/batched-bench end-to-end@{b}", last / e2e)
             if 3 in which:
                 for mode in ("session", "stateless"):
                     add(f"ttft8-{mode}", multi_turn_ttft(jug, mode, rng, model_field=model_field))

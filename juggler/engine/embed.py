@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable
 
-from juggler.engine.messages import Command, CommandKind, reject, resolve
+from juggler.engine.messages import Command, CommandKind
 from juggler.engine.native import POOLING_NONE, POOLING_RANK, Batch, Context, ContextParams, Model
 from juggler.engine.owner_thread import OwnerThread
 from juggler.engine.stream import RequestStats
@@ -58,9 +58,9 @@ class EmbedWorker(OwnerThread):
         *,
         rerank: bool,
         loop: asyncio.AbstractEventLoop,
-        notify: Callable[[Command], None],
+        deliver: Callable[[Command], None],
     ) -> None:
-        super().__init__("embed", worker_id, model, config, loop, notify)
+        super().__init__("embed", worker_id, model, config, loop, deliver)
         self.rerank = rerank
 
     # -- worker thread -------------------------------------------------------------
@@ -91,13 +91,13 @@ class EmbedWorker(OwnerThread):
         self._started()
         try:
             while True:
+                self.outbox.flush()
                 cmd = self._inbox.get()
                 if cmd.kind is CommandKind.SHUTDOWN:
                     return
                 if cmd.kind not in (CommandKind.EMBED, CommandKind.RERANK):
                     log.warning("embed worker: unknown command %s", cmd.kind)
-                    reject(
-                        self.loop,
+                    self.outbox.reject(
                         cmd.reply,
                         BadRequest("this backend serves embeddings / reranking only"),
                     )
@@ -105,12 +105,12 @@ class EmbedWorker(OwnerThread):
                 self.snapshot = WorkerSnapshot(num_running=1, kv_total=self.n_ctx)
                 try:
                     out = self._embed(ctx, batch, cmd.inputs)
-                    resolve(self.loop, cmd.reply, out)
+                    self.outbox.resolve(cmd.reply, out)
                 except JugglerError as exc:
-                    reject(self.loop, cmd.reply, exc)
+                    self.outbox.reject(cmd.reply, exc)
                 except Exception as exc:
                     log.exception("embed worker failed")
-                    reject(self.loop, cmd.reply, JugglerError(f"internal error: {exc}"))
+                    self.outbox.reject(cmd.reply, JugglerError(f"internal error: {exc}"))
                 self.snapshot = WorkerSnapshot(kv_total=self.n_ctx)
                 n_in = sum(len(t) for t in cmd.inputs)
                 self.notify(
@@ -122,6 +122,7 @@ class EmbedWorker(OwnerThread):
                     )
                 )
         finally:
+            self.outbox.flush()
             batch.close()
             ctx.close()
 

@@ -2,7 +2,8 @@
 
 A worker is one thread that alone owns one llama context. Others talk to it only through
 `submit(Command)` (a thread-safe inbox the thread drains) and get answers on each
-command's future. `start()` blocks until the thread has built its context, so a context
+command's future. Everything the thread sends back (replies, stream events, notices for
+the master) goes through its `Outbox`, which the thread flushes a few times per tick. `start()` blocks until the thread has built its context, so a context
 that cannot be created fails the backend at start-up, not on the first request.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 from juggler.engine.messages import Command, CommandKind
 from juggler.engine.native import Model
+from juggler.engine.outbox import Outbox
 from juggler.engine.worker_types import WorkerConfig, WorkerSnapshot
 
 
@@ -29,13 +31,15 @@ class OwnerThread:
         model: Model,
         config: WorkerConfig,
         loop: asyncio.AbstractEventLoop,
-        notify: Callable[[Command], None],
+        deliver: Callable[[Command], None],
     ) -> None:
+        """`deliver` runs on the event loop: it hands a worker's notice to the master."""
         self.worker_id = worker_id
         self.model = model
         self.config = config
         self.loop = loop
-        self.notify = notify
+        self._deliver = deliver
+        self.outbox = Outbox(loop)
         self.n_ctx = config.n_ctx
         self.snapshot = WorkerSnapshot(kv_total=config.n_ctx)
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
@@ -59,6 +63,10 @@ class OwnerThread:
         self._thread.join(timeout_s)
 
     # -- the owning thread -----------------------------------------------------------
+    def notify(self, cmd: Command) -> None:
+        """Send a notice (REQUEST_DONE, SESSION_GONE) to the master at the next flush."""
+        self.outbox.call(self._deliver, cmd)
+
     def _started(self, error: BaseException | None = None) -> None:
         self._start_error = error
         self._ready.set()

@@ -9,7 +9,6 @@ the command's future; streaming methods return the request's `StreamSink`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -92,14 +91,13 @@ class Engine:
             cache_cells=cfg.cache_cells,
         )
 
-        def notify(cmd: Command) -> None:  # called on worker threads
+        def deliver(cmd: Command) -> None:  # runs on the loop, from a worker's outbox
             assert self.master is not None
-            with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
-                loop.call_soon_threadsafe(self.master.ingress.put_nowait, cmd)
+            self.master.ingress.put_nowait(cmd)
 
         for i in range(cfg.workers):
             if self.is_llm:
-                self.workers.append(Worker(i, self.model, wcfg, self.template, loop, notify))
+                self.workers.append(Worker(i, self.model, wcfg, self.template, loop, deliver))
             else:
                 ecfg = WorkerConfig(
                     n_ctx=min(cfg.ctx_size, self.model.n_ctx_train or cfg.ctx_size),
@@ -114,7 +112,7 @@ class Engine:
                         ecfg,
                         rerank=cfg.type is ModelType.RERANKING,
                         loop=loop,
-                        notify=notify,
+                        deliver=deliver,
                     )
                 )
         self.master = Master(self.workers, capacity=cfg.parallel)
@@ -148,9 +146,11 @@ class Engine:
         self.master.submit(cmd)
         return await fut
 
-    def new_sink(self) -> StreamSink:
+    def new_sink(self, *, incremental: bool = True) -> StreamSink:
         assert self.loop is not None
-        return StreamSink(self.loop, max_pending=self.config.stream_queue_size)
+        return StreamSink(
+            self.loop, max_pending=self.config.stream_queue_size, incremental=incremental
+        )
 
     def _require_llm(self) -> None:
         if not self.is_llm:
@@ -170,9 +170,15 @@ class Engine:
 
     # -- stateless generation ------------------------------------------------------
     async def complete(
-        self, prompt: list[int], params: SamplingParams, t_arrival: float | None = None
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        t_arrival: float | None = None,
+        *,
+        incremental: bool = True,
     ) -> StreamSink:
-        """Start a stateless generation; returns its stream once a worker accepted it."""
+        """Start a stateless generation; returns its stream once a worker accepted it.
+        `incremental=False` (a non-streaming request): the text arrives all at once."""
         self._require_llm()
         if not prompt:
             raise BadRequest("the prompt is empty", param="prompt")
@@ -181,7 +187,7 @@ class Engine:
                 f"the prompt has {len(prompt)} tokens but the context holds "
                 f"{self.config.ctx_size} (--ctx-size)"
             )
-        sink = self.new_sink()
+        sink = self.new_sink(incremental=incremental)
         await self._call(
             Command(
                 CommandKind.COMPLETE,

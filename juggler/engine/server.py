@@ -175,7 +175,9 @@ def create_app(engine: Engine) -> FastAPI:
         prompt = engine.tokenize_prompt(
             engine.render_chat([m.as_template_input() for m in body.messages])
         )
-        sink = await engine.complete(prompt, body.sampling(engine.config.ctx_size), t0)
+        sink = await engine.complete(
+            prompt, body.sampling(engine.config.ctx_size), t0, incremental=body.stream
+        )
         rid = api.new_id("chatcmpl")
         if not body.stream:
             text, finish, st = await _drain(sink, request)
@@ -199,7 +201,9 @@ def create_app(engine: Engine) -> FastAPI:
         t0 = time.perf_counter()
         engine._require_llm()
         prompt = engine.tokenize_prompt(body.prompt_text())
-        sink = await engine.complete(prompt, body.sampling(engine.config.ctx_size), t0)
+        sink = await engine.complete(
+            prompt, body.sampling(engine.config.ctx_size), t0, incremental=body.stream
+        )
         rid = api.new_id("cmpl")
         if not body.stream:
             text, finish, st = await _drain(sink, request)

@@ -5,13 +5,12 @@ the `Worker`'s half that deals with one session at a time; `worker.py` holds the
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from juggler.engine.chat import ChatState, ChatTemplate
-from juggler.engine.messages import Command, CommandKind, reject, resolve
+from juggler.engine.messages import Command, CommandKind
 from juggler.engine.native import Context, Model, Sampler
+from juggler.engine.outbox import Outbox
 from juggler.engine.prefix_cache import CachedSeq, common_prefix_len, over_budget
 from juggler.engine.sampling import StopMatcher
 from juggler.engine.session import Generation, Session, SessionState
@@ -33,14 +32,15 @@ class SessionOps:
     model: Model
     ctx: Context | None
     template: ChatTemplate
-    loop: asyncio.AbstractEventLoop
-    notify: Callable[[Command], None]
+    outbox: Outbox
     sessions: dict[str, Session]
     n_ctx: int
     #: Most KV cells that cached sequences of finished stateless requests may keep.
     cache_cells: int
 
     if TYPE_CHECKING:  # provided by Worker
+
+        def notify(self, cmd: Command) -> None: ...
 
         def kv_used(self) -> int: ...
         def live_cells(self) -> int: ...
@@ -85,7 +85,7 @@ class SessionOps:
             )
         s = Session(cmd.session_id, seq, last_used=self.tick())
         self.sessions[s.session_id] = s
-        resolve(self.loop, cmd.reply, {"session_id": s.session_id})
+        self.outbox.resolve(cmd.reply, {"session_id": s.session_id})
 
     def append_input(self, cmd: Command) -> None:
         s = self._session(cmd)
@@ -102,8 +102,7 @@ class SessionOps:
             self._check_room(total, len(new))
             s.pending.extend(new)
         s.last_used = self.tick()
-        resolve(
-            self.loop,
+        self.outbox.resolve(
             cmd.reply,
             {
                 "session_id": s.session_id,
@@ -206,7 +205,7 @@ class SessionOps:
         self._begin(s, cmd)
         assert s.generation is not None
         s.generation.continues_reply = continues
-        resolve(self.loop, cmd.reply, {"session_id": s.session_id})
+        self.outbox.resolve(cmd.reply, {"session_id": s.session_id})
 
     def _begin(self, s: Session, cmd: Command) -> None:
         params = cmd.params
@@ -228,6 +227,7 @@ class SessionOps:
             penalty_last_n=params.penalty_last_n,
             banned=self.model.eog_tokens() if params.ignore_eos else (),
         )
+        cmd.sink.bind(self.outbox)
         s.generation = Generation(
             params=params,
             sink=cmd.sink,
@@ -266,19 +266,19 @@ class SessionOps:
             self._begin(s, cmd)
         except JugglerError as exc:
             self._release(s)
-            reject(self.loop, cmd.reply, exc)
+            self.outbox.reject(cmd.reply, exc)
             self.notify(
                 Command(CommandKind.REQUEST_DONE, session_id=s.session_id, worker_id=self.worker_id)
             )
             return
-        resolve(self.loop, cmd.reply, {"session_id": s.session_id})
+        self.outbox.resolve(cmd.reply, {"session_id": s.session_id})
 
     def cancel(self, cmd: Command) -> None:
         s = self._session(cmd)
         was = s.generation is not None
         if was:
             self.finish(s, "cancelled")
-        resolve(self.loop, cmd.reply, {"session_id": s.session_id, "cancelled": was})
+        self.outbox.resolve(cmd.reply, {"session_id": s.session_id, "cancelled": was})
 
     def end_session(self, cmd: Command) -> None:
         s = self._session(cmd)
@@ -288,7 +288,7 @@ class SessionOps:
         self.notify(
             Command(CommandKind.SESSION_GONE, session_id=s.session_id, worker_id=self.worker_id)
         )
-        resolve(self.loop, cmd.reply, {"session_id": s.session_id, "deleted": True})
+        self.outbox.resolve(cmd.reply, {"session_id": s.session_id, "deleted": True})
 
     def _release(self, s: Session) -> None:
         self.sessions.pop(s.session_id, None)

@@ -1,21 +1,27 @@
 """The bridge from a worker thread to one request's asyncio consumer.
 
 A worker pushes `StreamEvent`s with `StreamSink.push()`; each lands in an `asyncio.Queue`
-through `loop.call_soon_threadsafe`, so the worker never blocks on a consumer. The bound
+on the event loop through the worker's `Outbox` (batched: one loop wake-up per tick for
+all of the worker's streams), so the worker never blocks on a consumer. The bound
 is counted rather than enforced by the queue: the worker counts what it sent, the
 consumer counts what it took (each counter has one writer), and when more than
 `max_pending` events are unconsumed the worker ends the stream with an error event.
 Cancellation goes the other way: the consumer sets `is_cancelled`; the worker checks it
 once per tick and finishes the generation with finish_reason "cancelled".
+
+A non-incremental sink (a non-streaming request) sends nothing until the end: its
+final event carries the whole text, so the loop is not woken for every token of an
+answer nobody reads before it is complete.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from juggler.engine.outbox import Outbox
 from juggler.errors import JugglerError
 
 
@@ -64,20 +70,31 @@ class StreamEvent:
 
 @dataclass(eq=False)
 class StreamSink:
-    """One request's event stream. `push`/`finish` run on the worker thread; `get`,
-    `cancel` run on the event loop."""
+    """One request's event stream. `push`/`finish` run on the worker thread (through its
+    outbox once `bind()` was called); `get`, `cancel` run on the event loop."""
 
     loop: asyncio.AbstractEventLoop
     max_pending: int = 256
+    #: False: hold token text back and send it with the final event.
+    incremental: bool = True
     queue: asyncio.Queue[StreamEvent] = field(default_factory=asyncio.Queue)
     num_sent: int = 0
     num_taken: int = 0
     is_cancelled: bool = False
     is_finished: bool = False
+    outbox: Outbox | None = None
+    _held: list[str] = field(default_factory=list)
 
     # -- worker thread ---------------------------------------------------------------
+    def bind(self, outbox: Outbox) -> None:
+        """Deliver through the serving worker's outbox from now on."""
+        self.outbox = outbox
+
     def _post(self, event: StreamEvent) -> None:
         self.num_sent += 1
+        if self.outbox is not None:
+            self.outbox.call(self.queue.put_nowait, event)
+            return
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
         except RuntimeError:  # the loop is closed: nobody is listening any more
@@ -85,6 +102,9 @@ class StreamSink:
 
     def push(self, event: StreamEvent) -> bool:
         """Queue a token event; False (nothing queued) when the consumer is too far behind."""
+        if not self.incremental:
+            self._held.append(event.text)
+            return True
         if self.num_sent - self.num_taken >= self.max_pending:
             return False
         self._post(event)
@@ -95,6 +115,9 @@ class StreamSink:
         if self.is_finished:
             return
         self.is_finished = True
+        if self._held:
+            event = replace(event, text="".join(self._held) + event.text)
+            self._held.clear()
         self._post(event)
 
     # -- event loop ------------------------------------------------------------------

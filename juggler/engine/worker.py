@@ -14,6 +14,9 @@ The loop, once per tick:
 6. Fill the `llama_batch` and `llama_decode` once (the GIL is released meanwhile).
 7. Post-process: commit decoded tokens to each session, sample each logit row with its
    owner's sampler chain, push text to its stream, finish on EOG / stop / budget.
+8. Flush the outbox: one event-loop wake-up delivers every stream's new text (replies
+   to commands are also flushed after step 1 and before the decode, and always before
+   the thread sleeps).
 
 Context overflow policy (the README quotes this). No silent truncation, no whole-cache
 clear, no dropping of a live session's KV:
@@ -42,7 +45,7 @@ from collections.abc import Callable
 
 from juggler.engine import batch as batching
 from juggler.engine.chat import ChatTemplate
-from juggler.engine.messages import Command, CommandKind, reject
+from juggler.engine.messages import Command, CommandKind
 from juggler.engine.native import Batch, Context, ContextParams, Model
 from juggler.engine.owner_thread import OwnerThread
 from juggler.engine.prefix_cache import CachedSeq, choose_evictions, choose_reuse
@@ -68,9 +71,9 @@ class Worker(OwnerThread, SessionOps):
         config: WorkerConfig,
         template: ChatTemplate,
         loop: asyncio.AbstractEventLoop,
-        notify: Callable[[Command], None],
+        deliver: Callable[[Command], None],
     ) -> None:
-        super().__init__("worker", worker_id, model, config, loop, notify)
+        super().__init__("worker", worker_id, model, config, loop, deliver)
         self.template = template
         self._stopping = False
         self._stalled = False
@@ -110,10 +113,12 @@ class Worker(OwnerThread, SessionOps):
         try:
             while not self._stopping:
                 self._step()
+                self.outbox.flush()
         finally:
             for s in list(self.sessions.values()):
                 if s.generation is not None:
                     self.finish(s, "cancelled", error=JugglerError("the backend is shutting down"))
+            self.outbox.flush()
             self.batch.close()
             self.ctx.close()
 
@@ -133,6 +138,8 @@ class Worker(OwnerThread, SessionOps):
         # moment for more: a generate usually follows at once, and one decode does both.
         timeout: float | None = None if self._has_work() else 0.5
         while True:
+            if timeout:  # about to block: never sleep on undelivered replies
+                self.outbox.flush()
             try:
                 cmd = self._inbox.get(timeout=timeout) if timeout else self._inbox.get_nowait()
             except queue.Empty:
@@ -147,6 +154,7 @@ class Worker(OwnerThread, SessionOps):
             self._dispatch(cmd)
             if self._stopping:
                 return
+        self.outbox.flush()
         self._tick += 1
         # 2. cancellations
         for s in list(self.sessions.values()):
@@ -182,6 +190,7 @@ class Worker(OwnerThread, SessionOps):
         # 6. decode
         by_seq = {s.seq_id: s for s in self.sessions.values()}
         rows = self._fill(plan, by_seq)
+        self.outbox.flush()  # admissions answered now, not after the decode
         t0 = time.perf_counter()
         rc = self.ctx.decode(self.batch)
         self._num_decodes += 1
@@ -310,8 +319,7 @@ class Worker(OwnerThread, SessionOps):
                 if any(s.generation is not None for s in self.sessions.values()):
                     return  # running generations will finish and free their cells
                 self.waiting.popleft()
-                reject(
-                    self.loop,
+                self.outbox.reject(
                     cmd.reply,
                     ContextOverflow(self._full_message(live, len(cmd.prompt) + 1)),
                 )
@@ -358,12 +366,12 @@ class Worker(OwnerThread, SessionOps):
                 self.end_session(cmd)
             else:
                 log.warning("worker %d: unknown command %s", self.worker_id, cmd.kind)
-                reject(self.loop, cmd.reply, JugglerError(f"unknown command {cmd.kind}"))
+                self.outbox.reject(cmd.reply, JugglerError(f"unknown command {cmd.kind}"))
         except JugglerError as exc:
-            reject(self.loop, cmd.reply, exc)
+            self.outbox.reject(cmd.reply, exc)
         except Exception as exc:
             log.exception("worker %d: command %s failed", self.worker_id, cmd.kind)
-            reject(self.loop, cmd.reply, JugglerError(f"internal error: {exc}"))
+            self.outbox.reject(cmd.reply, JugglerError(f"internal error: {exc}"))
 
     def push_final(self, s: Session, event: StreamEvent) -> None:
         assert s.generation is not None
