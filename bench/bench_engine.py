@@ -3,8 +3,8 @@
     .venv/bin/python bench/bench_engine.py [--direct] [--rounds 3] [--bench 1,2,3,4,5]
 
 1. Aggregate generated tokens/s at 1/4/8/16 concurrent requests through the router (or
-   straight to the backend with --direct) vs the same requests one after another through
-   llama-cpp-python's `Llama.create_completion`.
+   straight to the backend with --direct) vs llama-cpp-python's `Llama.create_completion`
+   serving requests one after another (one request, run right before each level).
 2. In the same rounds: llama.cpp's `llama-server` (same model, threads, slots) and
    `llama-batched-bench` (same batch sizes). Build both with bench/build_llamacpp.sh.
    batched-bench is reported two ways: S_TG (its decode-only rate, prompt processing
@@ -13,7 +13,7 @@
 3. Multi-turn: time to first token of turn 8 (~100-token turns, 32-token replies) via
    the session API and via stateless streaming chat, vs llama-server with and without
    its prompt cache.
-4. Single-stream tokens/s vs `Llama.create_completion` alone (from the rounds of 1).
+4. Single-stream tokens/s vs `Llama.create_completion` alone (juggler/serial@1).
 5. CPU seconds used by router, backend and client during benchmark 1 at 8 streams.
 
 Runs are interleaved (A B A B ...) and ratios are medians of per-round ratios, because
@@ -457,9 +457,11 @@ def main() -> None:
     try:
         for rnd in range(args.rounds):
             if which & {1, 2, 4, 5}:
-                base = serial.tps(2, args.new_tokens, rng) if serial else float("nan")
-                add("serial", base)
                 for conc in levels:
+                    # Each figure is paired with baselines run right next to it, so the
+                    # machine's drift from minute to minute cancels out of the ratio.
+                    base = serial.tps(1, args.new_tokens, rng) if serial else float("nan")
+                    add(f"serial@{conc}", base)
                     pids = {"backend": jug.extra_pids or [jug.proc.pid]}
                     if not args.direct:
                         pids["router"] = [jug.proc.pid]
@@ -472,17 +474,17 @@ def main() -> None:
                         cpu["client (bench process)"] = time.process_time() - c0
                     add(f"juggler@{conc}", t)
                     add(f"juggler/serial@{conc}", t / base)
-                    if lls is not None and 2 in which:
+                    if 2 not in which:
+                        continue
+                    if lls is not None:
                         ts = concurrent_tps(lls, conc, args.new_tokens, rng, "smol")
                         add(f"llama-server@{conc}", ts)
                         add(f"juggler/llama-server@{conc}", t / ts)
-                if 2 in which:
-                    for b, (tg, e2e) in batched_bench(model, levels, args.new_tokens).items():
-                        last = res.get(f"juggler@{b}", [float("nan")])[-1]
+                    for b, (tg, e2e) in batched_bench(model, [conc], args.new_tokens).items():
                         add(f"batched-bench S_TG@{b}", tg)
-                        add(f"juggler/batched-bench S_TG@{b}", last / tg)
+                        add(f"juggler/batched-bench S_TG@{b}", t / tg)
                         add(f"batched-bench end-to-end@{b}", e2e)
-                        add(f"juggler/batched-bench end-to-end@{b}", last / e2e)
+                        add(f"juggler/batched-bench end-to-end@{b}", t / e2e)
             if 3 in which:
                 for mode in ("session", "stateless"):
                     add(f"ttft8-{mode}", multi_turn_ttft(jug, mode, rng, model_field=model_field))
