@@ -230,6 +230,8 @@ class Context:
         self.n_seq_max = int(C.llama_n_seq_max(ctx))
         self.pooling = int(C.llama_pooling_type(ctx))
         self.memory: Any = C.llama_get_memory(ctx)
+        #: How many removals have run (the worker compacts after some, when idle).
+        self.num_removals = 0
 
     def decode(self, batch: Batch) -> int:
         """Run the model on the batch; 0 on success (llama_decode's return code)."""
@@ -245,7 +247,24 @@ class Context:
         """Remove positions [p0, p1) of one sequence; False if a partial removal failed."""
         if not self.memory:
             return True
+        self.num_removals += 1
         return bool(C.llama_memory_seq_rm(self.memory, seq_id, p0, p1))
+
+    def seq_state(self, seq_id: int) -> Any | None:
+        """A copy of one sequence's KV cells (llama.cpp's per-sequence state), or None."""
+        size = int(C.llama_state_seq_get_size(self.ptr, seq_id))
+        if size <= 0:
+            return None
+        buf = (ctypes.c_ubyte * size)()
+        if int(C.llama_state_seq_get_data(self.ptr, buf, size, seq_id)) != size:
+            return None
+        return buf
+
+    def restore_seq_state(self, seq_id: int, state: Any) -> bool:
+        """Put a `seq_state()` copy back into the (now empty) sequence. llama.cpp places it
+        in the first free run of cells, so this moves the sequence down into holes."""
+        size = len(state)
+        return int(C.llama_state_seq_set_data(self.ptr, state, size, seq_id)) == size
 
     def seq_pos_max(self, seq_id: int) -> int:
         if not self.memory:

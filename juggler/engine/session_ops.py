@@ -5,13 +5,20 @@ the `Worker`'s half that deals with one session at a time; `worker.py` holds the
 
 from __future__ import annotations
 
+import collections
 from typing import TYPE_CHECKING, Any
 
 from juggler.engine.chat import ChatState, ChatTemplate
 from juggler.engine.messages import Command, CommandKind
 from juggler.engine.native import Context, Model, Sampler
 from juggler.engine.outbox import Outbox
-from juggler.engine.prefix_cache import CachedSeq, common_prefix_len, over_budget
+from juggler.engine.prefix_cache import (
+    MIN_USEFUL_REUSE,
+    CachedSeq,
+    cache_budget,
+    common_prefix_len,
+    over_budget,
+)
 from juggler.engine.sampling import StopMatcher
 from juggler.engine.session import Generation, Session, SessionState
 from juggler.engine.stream import EventKind, RequestStats, StreamEvent
@@ -37,6 +44,8 @@ class SessionOps:
     n_ctx: int
     #: Most KV cells that cached sequences of finished stateless requests may keep.
     cache_cells: int
+    #: For the last few stateless requests: did each reuse a useful cached prefix?
+    recent_hits: collections.deque[bool]
 
     if TYPE_CHECKING:  # provided by Worker
 
@@ -260,6 +269,7 @@ class SessionOps:
             s.tokens.clear()
             s.num_reused = 0
         self.sessions[s.session_id] = s
+        self.recent_hits.append(s.num_reused >= MIN_USEFUL_REUSE)
         try:
             if len(cmd.prompt) >= self.n_ctx:
                 raise ContextOverflow(self._overflow_message(len(cmd.prompt)))
@@ -370,7 +380,8 @@ class SessionOps:
         if s.is_ephemeral:
             s.pending.clear()
             s.state = SessionState.CACHED
-            for key in over_budget(self._cached(), self.cache_cells, keep=s.seq_id):
+            budget = cache_budget(self.cache_cells, self.recent_hits)
+            for key in over_budget(self._cached(), budget, keep=s.seq_id):
                 self.forget_cached(key)
                 self.ctx_seq_clear(key)
         else:

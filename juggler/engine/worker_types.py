@@ -29,3 +29,4 @@ class WorkerSnapshot:
     kv_total: int = 0
     num_decodes: int = 0
     decode_s: float = 0.0
+    num_compactions: int = 0

@@ -6,6 +6,7 @@ from juggler.engine.prefix_cache import (
     CachedSeq,
     Reuse,
     best_affinity,
+    cache_budget,
     choose_evictions,
     choose_reuse,
     common_prefix_len,
@@ -30,9 +31,10 @@ def test_at_least_one_prompt_token_is_decoded_again() -> None:
     assert choose_reuse(cached, [], [1, 2, 3, 4]) == Reuse(0, 3)
 
 
-def test_no_shared_prefix_recycles_the_lru_cached_sequence_before_a_free_one() -> None:
+def test_no_shared_prefix_takes_a_free_sequence_before_recycling_the_lru() -> None:
     cached = [CachedSeq(0, (7, 8), 5), CachedSeq(1, (9,), 2)]
-    assert choose_reuse(cached, [4], [1, 2]) == Reuse(1, 0)
+    assert choose_reuse(cached, [4], [1, 2]) == Reuse(4, 0)
+    assert choose_reuse(cached, [], [1, 2]) == Reuse(1, 0)
     assert choose_reuse([], [4, 5], [1, 2]) == Reuse(4, 0)
 
 
@@ -62,3 +64,12 @@ def test_prefix_keys_chain_and_affinity() -> None:
     owners = {ka[0]: 1, ka[1]: 1, ka[2]: 1}
     assert best_affinity(kb, owners) == 1
     assert best_affinity(prefix_keys(list(range(5000, 5100)), 64), owners) is None
+
+
+def test_the_cache_keeps_its_budget_only_while_requests_hit_it() -> None:
+    assert cache_budget(1024, [False, True, False]) == 1024
+    assert cache_budget(1024, [False] * 16) == 0
+    assert cache_budget(1024, []) == 0
+    # A zero budget still keeps the sequence that finished last.
+    cached = [CachedSeq(0, (1,) * 50, 1), CachedSeq(1, (2,) * 50, 2), CachedSeq(2, (3,) * 9, 3)]
+    assert sorted(over_budget(cached, cache_budget(1024, [False]), keep=2)) == [0, 1]

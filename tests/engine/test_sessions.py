@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.engine.conftest import Backend
+from tests.engine.conftest import Backend, start_backend
 
 pytestmark = pytest.mark.slow
 
@@ -148,3 +150,77 @@ def test_stateless_chat_with_shared_prefix_reuses_kv(smol_backend: Backend) -> N
                 # Only the new user turn (and the tail of the last reply) is decoded.
                 assert prefilled <= 40 < reused
             messages.append({"role": "assistant", "content": reply})
+
+
+def test_idle_compaction_moves_kv_without_changing_a_conversation(smol_backend: Backend) -> None:
+    """An idle worker compacts its KV cells after a burst; the session it moved
+    continues exactly as if nothing happened (greedy tokens equal an unbroken run)."""
+    story = {"text": "Once upon a time, in a quiet village by the sea, "}
+    with smol_backend.client() as c:
+        ref = c.post("/v1/sessions", json={}).json()["session_id"]
+        c.post(f"/v1/sessions/{ref}/input", json=story)
+        whole, _ = generate(c, ref, 24)
+        c.delete(f"/v1/sessions/{ref}")
+
+        sid = c.post("/v1/sessions", json={}).json()["session_id"]
+        c.post(f"/v1/sessions/{sid}/input", json=story)
+        first, _ = generate(c, sid, 8)
+        # A burst of stateless requests takes and frees cells around the session.
+        for i in range(4):
+            r = c.post(
+                "/v1/completions",
+                json={"prompt": f"Burst {i}: " + "waves " * (20 + 15 * i), "max_tokens": 4},
+            )
+            assert r.status_code == 200
+        used = smol_backend.stats()["kv_cells_used"]
+        compactions = smol_backend.stats()["kv_compactions_total"]
+        assert isinstance(compactions, int)
+        deadline = time.monotonic() + 10
+        while smol_backend.stats()["kv_compactions_total"] == compactions:
+            assert time.monotonic() < deadline, "no compaction after the worker went idle"
+            time.sleep(0.1)  # polling interval
+        assert smol_backend.stats()["kv_cells_used"] == used, "compaction keeps every cell"
+        rest, done = generate(c, sid, 16)
+        assert done["usage"]["prompt_tokens_prefilled"] <= 1, "the session's KV survived"
+        ids = [t for ch in first + rest for t in ch["token_ids"]]
+        assert ids == [t for ch in whole for t in ch["token_ids"]]
+        c.delete(f"/v1/sessions/{sid}")
+
+
+def test_one_off_prompts_keep_only_the_newest_prefix_conversations_keep_more(
+    smol_path: Path, log_dir: Path
+) -> None:
+    """Cached cells slow every decode, so they are kept only while requests reuse them."""
+    b = start_backend(smol_path, "smol", log_dir, "--parallel", "8", "--ctx-size", "4096")
+    try:
+        with b.client() as c:
+
+            def one_off(i: int) -> None:
+                r = c.post(
+                    "/v1/completions",
+                    json={"prompt": f"{uuid.uuid4().hex} item {i}:", "max_tokens": 3},
+                )
+                assert r.status_code == 200
+
+            for i in range(4):
+                one_off(i)
+            assert b.stats()["cached_sequences"] == 1, "one-off prompts: only the newest"
+
+            system = {"role": "system", "content": "You answer in one short line. " * 12}
+            messages: list[dict[str, str]] = [system]
+            for turn in range(2):
+                messages.append({"role": "user", "content": f"Question {turn}: a colour?"})
+                body = c.post(
+                    "/v1/chat/completions", json={"messages": messages, "max_tokens": 4}
+                ).json()
+                messages.append(
+                    {"role": "assistant", "content": body["choices"][0]["message"]["content"]}
+                )
+            assert b.stats()["prompt_tokens_reused"] >= 64, "turn 2 hit the cache"
+            for i in range(2):
+                one_off(10 + i)
+            # The conversation's prefix and the one-offs all fit the budget (ctx/8 cells).
+            cached = b.stats()["cached_sequences"]
+            assert isinstance(cached, int) and cached >= 3
+    finally:
+        b.stop()
