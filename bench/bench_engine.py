@@ -527,6 +527,40 @@ def report(res: dict[str, list[float]], cpu: dict[str, float], args: argparse.Na
         print("  CPU seconds during benchmark 1 at 8 streams (round 1):")
         for k, v in cpu.items():
             print(f"    {k:30s} {v:7.2f} s")
+    print("\nissue 3's goals (medians of per-round ratios):")
+    for name, key, goal, at_most in GOALS:
+        if key in res:
+            v = med(res[key])
+            ok = v <= goal if at_most else v >= goal
+            sign = "<=" if at_most else ">="
+            print(f"  {name:44s} {v:6.3f}x  goal {sign} {goal}  {'met' if ok else 'MISSED'}")
+
+
+#: (what, result key, goal, whether the goal is an upper bound)
+GOALS = [
+    ("1. vs serial Llama at 8 streams", "juggler/serial@8", 1.5, False),
+    ("2. vs llama-server at 8", "juggler/llama-server@8", 1.2, False),
+    ("2. vs llama-server at 16", "juggler/llama-server@16", 1.2, False),
+    ("2. vs batched-bench S_TG at 8", "juggler/batched-bench S_TG@8", 0.85, False),
+    ("2. vs batched-bench S_TG at 16", "juggler/batched-bench S_TG@16", 0.85, False),
+    ("2. vs batched-bench end-to-end at 8", "juggler/batched-bench end-to-end@8", 0.85, False),
+    ("2. vs batched-bench end-to-end at 16", "juggler/batched-bench end-to-end@16", 0.85, False),
+    (
+        "3. turn-8 TTFT, session vs llama-server cache",
+        "ttft8 session/llama-server-cache",
+        1.0,
+        True,
+    ),
+    (
+        "3. turn-8 TTFT, stateless vs llama-server cache",
+        "ttft8 stateless/llama-server-cache",
+        1.0,
+        True,
+    ),
+    ("3. turn-8 TTFT, session vs no cache", "ttft8 session/llama-server-nocache", 0.1, True),
+    ("3. turn-8 TTFT, stateless vs no cache", "ttft8 stateless/llama-server-nocache", 0.1, True),
+    ("4. single stream vs serial Llama", "juggler/serial@1", 0.95, False),
+]
 
 
 if __name__ == "__main__":
