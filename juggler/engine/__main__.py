@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="KV cells kept for prefix reuse by stateless requests (default: ctx-size / 8)",
     )
     p.add_argument(
+        "--parked-cells",
+        type=int,
+        default=None,
+        help="tokens of cached prefixes an idle worker parks outside the KV cache, in host "
+        "memory, for later reuse (default: ctx-size; 0 turns parking off)",
+    )
+    p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     return p
@@ -70,6 +77,8 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             parser.error(f"--{field.replace('_', '-')} must be at least 1")
     if args.cache_cells is not None and args.cache_cells < 0:
         parser.error("--cache-cells must be at least 0")
+    if args.parked_cells is not None and args.parked_cells < 0:
+        parser.error("--parked-cells must be at least 0")
     if args.parallel > 256:
         parser.error("--parallel must be at most 256 (llama.cpp's sequence limit)")
 
@@ -104,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         stream_queue_size=args.stream_queue_size,
         flash_attn=args.flash_attn,
         cache_cells=args.cache_cells,
+        parked_cells=args.parked_cells,
     )
     try:
         model = Model(config.model_path, n_gpu_layers=config.n_gpu_layers)

@@ -50,6 +50,8 @@ class EngineConfig:
     flash_attn: str = "auto"
     #: KV cells kept for finished stateless requests (prefix reuse); None: ctx_size // 8.
     cache_cells: int | None = None
+    #: Tokens of cached prefixes parked in host memory by idle workers; None: ctx_size.
+    parked_cells: int | None = None
 
 
 class Engine:
@@ -89,6 +91,7 @@ class Engine:
             max_prefill_chunk=max(1, min(cfg.prefill_chunk, batch)),
             flash_attn={"auto": -1, "off": 0, "on": 1}[cfg.flash_attn],
             cache_cells=cfg.cache_cells,
+            parked_cells=cfg.parked_cells,
         )
 
         def deliver(cmd: Command) -> None:  # runs on the loop, from a worker's outbox

@@ -17,7 +17,8 @@ The loop, once per tick:
 8. Flush the outbox: one event-loop wake-up delivers every stream's new text (replies
    to commands are also flushed after step 1 and before the decode, and always before
    the thread sleeps).
-An idle worker (nothing to do for IDLE_WAIT_S) compacts its KV cells; see `_compact`.
+An idle worker (nothing to do for IDLE_WAIT_S) parks its cached prefixes and compacts
+its KV cells; see `kv_upkeep`.
 
 Context overflow policy (the README quotes this). No silent truncation, no whole-cache
 clear, no dropping of a live session's KV:
@@ -46,10 +47,18 @@ from collections.abc import Callable
 
 from juggler.engine import batch as batching
 from juggler.engine.chat import ChatTemplate
+from juggler.engine.kv_upkeep import KvUpkeep
 from juggler.engine.messages import Command, CommandKind
 from juggler.engine.native import Batch, Context, ContextParams, Model
 from juggler.engine.owner_thread import OwnerThread
-from juggler.engine.prefix_cache import HIT_WINDOW, CachedSeq, choose_evictions, choose_reuse
+from juggler.engine.parking import ParkedStore
+from juggler.engine.prefix_cache import (
+    HIT_WINDOW,
+    CachedSeq,
+    Reuse,
+    choose_evictions,
+    choose_reuse,
+)
 from juggler.engine.session import Session, SessionState
 from juggler.engine.session_ops import SessionOps
 from juggler.engine.stream import EventKind, StreamEvent
@@ -65,7 +74,7 @@ EAGER_PREFILL_GRACE_S = 0.03
 IDLE_WAIT_S = 0.5
 
 
-class Worker(OwnerThread, SessionOps):
+class Worker(OwnerThread, SessionOps, KvUpkeep):
     """One worker thread. `start()` and `submit()` may be called from any thread."""
 
     def __init__(
@@ -94,6 +103,9 @@ class Worker(OwnerThread, SessionOps):
         self.batch: Batch | None = None
         self.cache_cells = (
             config.cache_cells if config.cache_cells is not None else config.n_ctx // 8
+        )
+        self.parked = ParkedStore(
+            config.parked_cells if config.parked_cells is not None else config.n_ctx
         )
 
     # -- worker thread ---------------------------------------------------------------
@@ -155,6 +167,7 @@ class Worker(OwnerThread, SessionOps):
                     timeout = EAGER_PREFILL_GRACE_S
                     continue
                 if timeout == IDLE_WAIT_S and not self._has_work():
+                    self._park_cached()
                     self._compact()
                 break
             timeout = None
@@ -280,55 +293,6 @@ class Worker(OwnerThread, SessionOps):
                     ),
                 )
 
-    def _compact(self) -> None:
-        """Move every sequence's KV down into the lowest free cells (idle workers only).
-
-        With a unified KV cache every decode attends over the cells up to the highest
-        one in use, masked or not. After a burst of requests ends, the sequences that stay
-        (sessions, cached prefixes) are scattered up to where the burst reached, and a
-        lone stream afterwards decodes measurably slower (SmolLM2, 2 cores: 13.0 vs 10.9
-        ms a token with one 168-token sequence left at the top of 2,700 used cells). So
-        after IDLE_WAIT_S with nothing to do, if anything was removed since the last time,
-        each sequence is copied out, removed and put back, which llama.cpp places in the
-        first free run of cells. One sequence at a time, so the extra memory is one
-        sequence's KV. A sequence whose copy cannot be put back loses its KV only:
-        a cached one is forgotten, a session's tokens go back to pending input and are
-        decoded again on its next use, so no conversation is lost.
-        """
-        assert self.ctx is not None
-        if self.ctx.num_removals == self._removals_at_compaction:
-            return
-        t0 = time.perf_counter()
-        moved = 0
-        for s in sorted(self.sessions.values(), key=lambda s: s.seq_id):
-            if not s.tokens:
-                continue
-            state = self.ctx.seq_state(s.seq_id)
-            if state is None:
-                continue
-            self.ctx.seq_rm(s.seq_id, -1, -1)
-            if self.ctx.restore_seq_state(s.seq_id, state):
-                moved += 1
-                continue
-            log.warning(
-                "worker %d: KV of sequence %d could not be restored", self.worker_id, s.seq_id
-            )
-            self.ctx.seq_rm(s.seq_id, -1, -1)
-            if s.state is SessionState.CACHED:
-                self.forget_cached(s.seq_id)
-            else:
-                s.pending[:0] = s.tokens
-                s.tokens.clear()
-        self._removals_at_compaction = self.ctx.num_removals
-        self._num_compactions += 1
-        self._publish()
-        log.debug(
-            "worker %d: compacted %d sequences in %.1f ms",
-            self.worker_id,
-            moved,
-            (time.perf_counter() - t0) * 1000,
-        )
-
     # -- bookkeeping --------------------------------------------------------------------
     def kv_used(self) -> int:
         return sum(s.num_cells for s in self.sessions.values())
@@ -370,8 +334,14 @@ class Worker(OwnerThread, SessionOps):
         while self.waiting:
             cmd = self.waiting[0]
             reuse = choose_reuse(self._cached(), self.free_seq_ids(), cmd.prompt)
-            if reuse.key is None:
+            key = reuse.key
+            if key is None:
                 return
+            found = self.parked.best(cmd.prompt, better_than=reuse.keep)
+            if found is not None:
+                entry, shared = found
+                keep = min(shared, len(cmd.prompt) - 1)
+                reuse = Reuse(key, keep if self._unpark(entry, key) else 0)
             live = self.live_cells()
             if live + len(cmd.prompt) + 1 > self.n_ctx:
                 if any(s.generation is not None for s in self.sessions.values()):
@@ -390,7 +360,7 @@ class Worker(OwnerThread, SessionOps):
                 )
                 continue
             self.waiting.popleft()
-            self.admit_stateless(cmd, reuse.key, reuse.keep)
+            self.admit_stateless(cmd, key, reuse.keep)
 
     def _publish(self) -> None:
         running = sum(1 for s in self.sessions.values() if s.generation is not None)
@@ -404,6 +374,8 @@ class Worker(OwnerThread, SessionOps):
             num_decodes=self._num_decodes,
             decode_s=self._decode_s,
             num_compactions=self._num_compactions,
+            num_parked=len(self.parked.entries),
+            parked_cells=self.parked.cells,
         )
 
     def _dispatch(self, cmd: Command) -> None:

@@ -15,6 +15,8 @@ class WorkerConfig:
     flash_attn: int = -1
     #: Cell budget of cached (finished stateless) sequences; None: an eighth of n_ctx.
     cache_cells: int | None = None
+    #: Tokens of cached prefixes parked outside the KV cache when idle; None: n_ctx.
+    parked_cells: int | None = None
 
 
 @dataclass(frozen=True)
@@ -30,3 +32,5 @@ class WorkerSnapshot:
     num_decodes: int = 0
     decode_s: float = 0.0
     num_compactions: int = 0
+    num_parked: int = 0
+    parked_cells: int = 0

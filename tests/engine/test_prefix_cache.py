@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from juggler.engine.parking import Parked, ParkedStore
 from juggler.engine.prefix_cache import (
     CachedSeq,
     Reuse,
@@ -73,3 +74,23 @@ def test_the_cache_keeps_its_budget_only_while_requests_hit_it() -> None:
     # A zero budget still keeps the sequence that finished last.
     cached = [CachedSeq(0, (1,) * 50, 1), CachedSeq(1, (2,) * 50, 2), CachedSeq(2, (3,) * 9, 3)]
     assert sorted(over_budget(cached, cache_budget(1024, [False]), keep=2)) == [0, 1]
+
+
+def test_parked_store_keeps_its_cell_budget_lru_first_and_finds_the_longest_prefix() -> None:
+    store = ParkedStore(max_cells=300)
+    a = Parked(tuple(range(100)), state=b"a", last_used=1)
+    b = Parked(tuple(range(150)), state=b"b", last_used=2)
+    store.add(a)
+    store.add(b)
+    assert store.cells == 250
+    prompt = [*range(120), 999]
+    found = store.best(prompt, better_than=0)
+    assert found is not None and found[0] is b and found[1] == 120
+    assert store.best(prompt, better_than=120) is None, "the KV cache already offers as much"
+    assert store.best([5, 6, 7], better_than=0) is None, "no shared prefix"
+    store.add(Parked(tuple(range(1000, 1100)), state=b"c", last_used=3))
+    assert a not in store.entries and store.cells == 250, "least recently used went first"
+    store.add(Parked(tuple(range(400)), state=b"d", last_used=4))
+    assert store.cells == 250, "an entry bigger than the whole budget is not kept"
+    store.take(b)
+    assert store.cells == 100
