@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp.llama_cpp as C
+import numpy as np
 
 from juggler.errors import CheckpointMissing, LoadFailed
 
@@ -36,6 +37,8 @@ POOLING_MEAN = C.LLAMA_POOLING_TYPE_MEAN
 POOLING_CLS = C.LLAMA_POOLING_TYPE_CLS
 POOLING_LAST = C.LLAMA_POOLING_TYPE_LAST
 POOLING_RANK = C.LLAMA_POOLING_TYPE_RANK
+#: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
 def init_backend(*, verbose: bool = False) -> None:
@@ -271,6 +274,13 @@ class Context:
             return -1
         return int(C.llama_memory_seq_pos_max(self.memory, seq_id))
 
+    def logits_row(self, row: int) -> Any:
+        """A copy of the logits of batch row `row` of the last decode (numpy float32)."""
+        ptr = C.llama_get_logits_ith(self.ptr, row)
+        if not ptr:
+            raise RuntimeError("llama.cpp returned no logits for the row")
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+
     def embeddings_seq(self, seq_id: int, n: int) -> list[float]:
         ptr = C.llama_get_embeddings_seq(self.ptr, seq_id)
         if not ptr:
@@ -343,6 +353,22 @@ class Sampler:
     def sample(self, ctx: Context, row: int) -> int:
         """Sample (and accept) a token from the logits of batch row `row`."""
         return int(C.llama_sampler_sample(self.ptr, ctx.ptr, row))
+
+    def sample_logits(self, logits: Any) -> int:
+        """Sample (and accept) a token from saved logits, as `sample` does from a row."""
+        n = int(logits.shape[0])
+        data = (C.llama_token_data * n)()
+        view = np.frombuffer(memoryview(data).cast("B"), dtype=_TOKEN_DATA)
+        view["id"] = np.arange(n, dtype=np.int32)
+        view["logit"] = logits
+        view["p"] = 0.0
+        arr = C.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
+        C.llama_sampler_apply(self.ptr, ctypes.byref(arr))
+        if not 0 <= arr.selected < arr.size:
+            raise RuntimeError("the sampler chain selected no token")
+        token = int(arr.data[arr.selected].id)
+        C.llama_sampler_accept(self.ptr, token)
+        return token
 
     def close(self) -> None:
         if self.ptr:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from juggler.engine.chat import ChatState
 from juggler.engine.native import Sampler
@@ -71,6 +72,11 @@ class Session:
     num_prefilled: int = 0
     #: Prompt tokens found already in KV when this request started (stateless reuse).
     num_reused: int = 0
+    #: Chat sessions: the assistant header appended on speculation after a user turn
+    #: (its text and token count), so /input prefills it and /generate starts at once.
+    spec_header: tuple[str, int] | None = None
+    #: The logits after the last decoded token, when a speculative prefill ended there.
+    saved_logits: Any = None
 
     @property
     def n_past(self) -> int:

@@ -100,6 +100,7 @@ class SessionOps:
         s = self._session(cmd)
         if s.generation is not None:
             raise Conflict("the session is generating; cancel it or wait for it to finish")
+        self._drop_speculation(s)
         total = s.n_past + len(s.pending)
         if cmd.messages is not None:
             new = self._chat_delta(s, cmd.messages)
@@ -119,6 +120,35 @@ class SessionOps:
                 "n_past": s.n_past + len(s.pending),
             },
         )
+        if cmd.messages and cmd.messages[-1].get("role") == "user":
+            self._speculate_header(s)
+
+    def _speculate_header(self, s: Session) -> None:
+        """After a user turn, append the assistant header now: the worker prefills it
+        with the turn and keeps the logits, so a /generate that follows samples its first
+        token at once instead of waiting for another decode. Dropped if input comes
+        instead (`_drop_speculation`)."""
+        assert s.chat is not None
+        text = self.template.generation_prompt(s.chat.messages)
+        if not text:
+            return
+        header = self.model.tokenize(text, add_special=False)
+        if s.n_past + len(s.pending) + len(header) + 1 > self.n_ctx:
+            return  # no room: /generate will say so
+        s.pending.extend(header)
+        s.spec_header = (text, len(header))
+
+    def _drop_speculation(self, s: Session) -> None:
+        """Take a speculative assistant header back out (pending or already in KV)."""
+        if s.spec_header is None:
+            return
+        _, n = s.spec_header
+        s.spec_header = None
+        s.saved_logits = None
+        unsent = min(n, len(s.pending))
+        del s.pending[len(s.pending) - unsent :]
+        if n > unsent:
+            self._truncate(s, s.n_past - (n - unsent))
 
     def _chat_delta(self, s: Session, messages: list[dict[str, Any]]) -> list[int]:
         """Render the chat template incrementally; append only the new turn's tokens."""
@@ -193,10 +223,18 @@ class SessionOps:
             raise Conflict("the session is already generating")
         assert cmd.params is not None and cmd.sink is not None
         continues = False
+        saved = None
         if s.chat is not None:
             msgs = s.chat.messages
             continues = bool(msgs) and msgs[-1].get("role") == "assistant"
             prompt = "" if continues else self.template.generation_prompt(msgs)
+            if s.spec_header is not None and s.spec_header[0] == prompt:
+                s.chat.text += prompt  # already appended (and maybe decoded) at /input
+                s.spec_header = None
+                saved, s.saved_logits = s.saved_logits, None
+                prompt = ""
+            else:
+                self._drop_speculation(s)
             if prompt:
                 header = self.model.tokenize(prompt, add_special=False)
                 self._check_room(s.n_past + len(s.pending), len(header) + 1)
@@ -204,6 +242,14 @@ class SessionOps:
                 s.chat.text += prompt
         else:
             self._check_room(s.n_past + len(s.pending), 1)
+        if not s.pending and saved is not None:
+            # The speculative prefill already produced this turn's logits.
+            self._begin(s, cmd)
+            g = s.generation
+            assert g is not None
+            self.outbox.resolve(cmd.reply, {"session_id": s.session_id})
+            self.on_token(s, g.sampler.sample_logits(saved))
+            return
         if not s.pending:
             if not s.tokens:
                 raise BadRequest("the session has no input yet; POST /input first")

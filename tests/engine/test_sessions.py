@@ -268,3 +268,62 @@ def test_an_idle_worker_parks_a_conversation_and_restores_it_exactly(
     finally:
         parking.stop()
         keeping.stop()
+
+
+def _wait_prefilled(b: Backend, n_past: int) -> None:
+    """Poll until the worker has decoded the appended turn: the session is the only
+    one holding cells, and a short turn and its header go in with one decode."""
+    deadline = time.monotonic() + 20
+    while (used := b.stats()["kv_cells_used"]) <= n_past:
+        assert isinstance(used, int) and time.monotonic() < deadline, (used, n_past)
+        time.sleep(0.02)  # polling interval
+
+
+def test_a_user_turn_prefills_the_assistant_header_and_generate_starts_at_once(
+    smol_path: Path, log_dir: Path
+) -> None:
+    """/input of a user turn also prefills the assistant header and keeps the logits:
+    a 1-token generate then needs no decode at all, and the output is the same as when
+    generate arrives before that prefill is done. More input takes the header back."""
+    b = start_backend(smol_path, "smol", log_dir, "--ctx-size", "2048", "--parked-cells", "0")
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    ask = {"role": "user", "content": "Name three colours."}
+    more = {"role": "user", "content": "And three fruits."}
+    try:
+        with b.client() as c:
+
+            def session(*turns: list[dict[str, str]], wait: bool) -> str:
+                sid = c.post("/v1/sessions", json={}).json()["session_id"]
+                for msgs in turns:
+                    n_past = c.post(f"/v1/sessions/{sid}/input", json={"messages": msgs}).json()[
+                        "n_past"
+                    ]
+                    if wait:
+                        _wait_prefilled(b, n_past)
+                return sid
+
+            # 1. Generate arrives at once (no saved logits) vs after the prefill.
+            eager = session([system, ask], wait=False)
+            eager_chunks, _ = generate(c, eager, 12)
+            c.delete(f"/v1/sessions/{eager}")
+            waited = session([system, ask], wait=True)
+            decodes = b.stats()["decode_calls_total"]
+            first, _ = generate(c, waited, 1)
+            assert b.stats()["decode_calls_total"] == decodes, "first token from kept logits"
+            rest, _ = generate(c, waited, 11)
+            ids = [t for ch in first + rest for t in ch["token_ids"]]
+            assert ids == [t for ch in eager_chunks for t in ch["token_ids"]]
+            c.delete(f"/v1/sessions/{waited}")
+
+            # 2. A second user message takes the decoded header back out of the KV.
+            split = session([system, ask], [more], wait=True)
+            split_chunks, _ = generate(c, split, 12)
+            c.delete(f"/v1/sessions/{split}")
+            whole = session([system, ask, more], wait=False)
+            whole_chunks, _ = generate(c, whole, 12)
+            c.delete(f"/v1/sessions/{whole}")
+            assert [ch["token_ids"] for ch in split_chunks] == [
+                ch["token_ids"] for ch in whole_chunks
+            ]
+    finally:
+        b.stop()
