@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from juggler.engine.messages import Command, CommandKind, reject
+from juggler.engine.messages import Command, CommandKind
 from juggler.engine.prefix_cache import best_affinity
 from juggler.engine.stream import RequestStats
 from juggler.errors import SessionNotFound
@@ -142,10 +142,8 @@ class Master:
                 self._record(cmd.stats)
         else:
             log.warning("master: unknown command %s", kind)
-            if cmd.reply is not None:
-                reject(
-                    asyncio.get_running_loop(), cmd.reply, RuntimeError(f"unknown command {kind}")
-                )
+            if cmd.reply is not None and not cmd.reply.done():
+                cmd.reply.set_exception(RuntimeError(f"unknown command {kind}"))
 
     def _record(self, stats: RequestStats) -> None:
         self.last_stats = stats

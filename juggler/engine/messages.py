@@ -1,9 +1,8 @@
 """Typed commands between the HTTP routes, the master task and the worker threads.
 
 Every command carries an Enum tag and, when the sender waits for an answer, an asyncio
-future that the receiver resolves (from a worker thread through
-`loop.call_soon_threadsafe`, see `resolve`/`reject`). Token streams do not go through
-here: a worker writes them straight to the request's `StreamSink`.
+future that the receiver resolves (a worker through its `Outbox`, which also carries
+its stream events and its notices to the master).
 
     routes --Command--> master ingress queue --Command--> worker inbox (thread-safe)
     worker --SESSION_GONE / REQUEST_DONE--> master ingress queue
@@ -12,7 +11,6 @@ here: a worker writes them straight to the request's `StreamSink`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,31 +55,3 @@ class Command:
     #: Notices from workers.
     worker_id: int = -1
     stats: RequestStats | None = None
-
-
-def resolve(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any] | None, value: Any) -> None:
-    """Set a future's result from any thread (ignored if the waiter went away)."""
-    if fut is None:
-        return
-
-    def _set() -> None:
-        if not fut.done():
-            fut.set_result(value)
-
-    with contextlib.suppress(RuntimeError):  # loop closed during shutdown
-        loop.call_soon_threadsafe(_set)
-
-
-def reject(
-    loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any] | None, exc: BaseException
-) -> None:
-    """Fail a future from any thread (ignored if the waiter went away)."""
-    if fut is None:
-        return
-
-    def _set() -> None:
-        if not fut.done():
-            fut.set_exception(exc)
-
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(_set)

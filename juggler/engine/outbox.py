@@ -14,6 +14,7 @@ Only the owning worker thread calls `call`/`resolve`/`reject`/`flush`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -39,10 +40,8 @@ class Outbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._items: list[Item] = []
-        #: How many times the loop was woken (for tests and stats).
+        #: How many times the loop was woken.
         self.num_flushes = 0
-        #: False once the loop has closed: nobody is listening any more.
-        self.is_open = True
 
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run `fn(*args)` on the event loop at the next flush."""
@@ -62,7 +61,5 @@ class Outbox:
             return
         items, self._items = self._items, []
         self.num_flushes += 1
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
             self.loop.call_soon_threadsafe(_run_all, items)
-        except RuntimeError:  # the loop closed during shutdown
-            self.is_open = False

@@ -150,10 +150,7 @@ class Engine:
         return await fut
 
     def new_sink(self, *, incremental: bool = True) -> StreamSink:
-        assert self.loop is not None
-        return StreamSink(
-            self.loop, max_pending=self.config.stream_queue_size, incremental=incremental
-        )
+        return StreamSink(max_pending=self.config.stream_queue_size, incremental=incremental)
 
     def _require_llm(self) -> None:
         if not self.is_llm:

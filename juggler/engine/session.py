@@ -79,6 +79,12 @@ class Session:
     saved_logits: Any = None
 
     @property
+    def needs_logits(self) -> bool:
+        """Its last pending token's logits are wanted: a generation samples from them,
+        or a speculative header keeps them for the generate to come."""
+        return self.generation is not None or self.spec_header is not None
+
+    @property
     def n_past(self) -> int:
         return len(self.tokens)
 

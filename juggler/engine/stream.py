@@ -70,10 +70,10 @@ class StreamEvent:
 
 @dataclass(eq=False)
 class StreamSink:
-    """One request's event stream. `push`/`finish` run on the worker thread (through its
-    outbox once `bind()` was called); `get`, `cancel` run on the event loop."""
+    """One request's event stream. `push`/`finish` run on the worker thread that serves
+    it (`bind()` gives it that worker's outbox first); `get`, `cancel` run on the event
+    loop."""
 
-    loop: asyncio.AbstractEventLoop
     max_pending: int = 256
     #: False: hold token text back and send it with the final event.
     incremental: bool = True
@@ -91,14 +91,9 @@ class StreamSink:
         self.outbox = outbox
 
     def _post(self, event: StreamEvent) -> None:
+        assert self.outbox is not None, "bind() the sink to its worker first"
         self.num_sent += 1
-        if self.outbox is not None:
-            self.outbox.call(self.queue.put_nowait, event)
-            return
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self.is_cancelled = True
+        self.outbox.call(self.queue.put_nowait, event)
 
     def push(self, event: StreamEvent) -> bool:
         """Queue a token event; False (nothing queued) when the consumer is too far behind."""

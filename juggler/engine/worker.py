@@ -145,18 +145,14 @@ class Worker(OwnerThread, SessionOps, KvUpkeep):
         if self._stalled:
             return False
         return bool(self.waiting) or any(
-            s.generation is not None
-            or len(s.pending) > 1
-            or (s.spec_header is not None and s.pending)
+            s.generation is not None or len(s.pending) > 1 or (s.needs_logits and s.pending)
             for s in self.sessions.values()
         )
 
     def _only_eager_work(self) -> bool:
         """Only appended input waits, none of it ending in a speculative header (which
         is worth prefilling at once: its logits are kept for the generate)."""
-        return not self.waiting and all(
-            s.generation is None and s.spec_header is None for s in self.sessions.values()
-        )
+        return not self.waiting and not any(s.needs_logits for s in self.sessions.values())
 
     def _step(self) -> None:
         assert self.ctx is not None and self.batch is not None
@@ -193,11 +189,7 @@ class Worker(OwnerThread, SessionOps, KvUpkeep):
         self._admit_waiting()
         # 4. room
         work = [
-            batching.SeqWork(
-                s.seq_id,
-                len(s.pending),
-                s.generation is not None or s.spec_header is not None,
-            )
+            batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits)
             for s in sorted(self.sessions.values(), key=lambda s: s.seq_id)
             if s.state is not SessionState.CACHED and s.pending
         ]

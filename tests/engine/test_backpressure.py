@@ -11,19 +11,11 @@ import pytest
 
 from juggler.engine.runtime import Engine, EngineConfig
 from juggler.engine.sampling import SamplingParams
-from juggler.engine.stream import EventKind, StreamEvent, StreamSink
+from juggler.engine.stream import EventKind
 from juggler.errors import ContextOverflow, Overloaded
+from tests.engine.conftest import read_all
 
 pytestmark = pytest.mark.slow
-
-
-async def read_all(sink: StreamSink) -> list[StreamEvent]:
-    events = []
-    while True:
-        ev = await sink.get()
-        events.append(ev)
-        if ev.kind is not EventKind.TOKEN:
-            return events
 
 
 async def until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:

@@ -11,8 +11,9 @@ import pytest
 from juggler.engine.outbox import Outbox
 from juggler.engine.runtime import Engine, EngineConfig
 from juggler.engine.sampling import SamplingParams
-from juggler.engine.stream import EventKind, StreamEvent, StreamSink
+from juggler.engine.stream import EventKind
 from juggler.engine.worker import Worker
+from tests.engine.conftest import read_all
 
 
 def test_outbox_runs_items_in_order_only_when_flushed() -> None:
@@ -40,15 +41,6 @@ def test_outbox_runs_items_in_order_only_when_flushed() -> None:
     asyncio.run(scenario())
 
 
-async def _collect(sink: StreamSink) -> list[StreamEvent]:
-    events = []
-    while True:
-        ev = await sink.get()
-        events.append(ev)
-        if ev.kind is not EventKind.TOKEN:
-            return events
-
-
 @pytest.mark.slow
 def test_streams_wake_the_loop_per_tick_and_plain_requests_once(smol_path: Path) -> None:
     async def scenario() -> None:
@@ -65,7 +57,7 @@ def test_streams_wake_the_loop_per_tick_and_plain_requests_once(smol_path: Path)
             prompts = [engine.tokenize_prompt(f"List {i}: apples, pears,") for i in range(4)]
             flushes0, decodes0 = worker.outbox.num_flushes, worker.snapshot.num_decodes
             sinks = [await engine.complete(p, params) for p in prompts]
-            streamed = await asyncio.gather(*(_collect(s) for s in sinks))
+            streamed = await asyncio.gather(*(read_all(s) for s in sinks))
             tokens = sum(1 for evs in streamed for e in evs if e.kind is EventKind.TOKEN)
             assert tokens == 4 * 24
             flushes = worker.outbox.num_flushes - flushes0
@@ -77,7 +69,7 @@ def test_streams_wake_the_loop_per_tick_and_plain_requests_once(smol_path: Path)
 
             # A non-streaming request gets one event, carrying the whole text.
             whole = await engine.complete(prompts[0], params, incremental=False)
-            events = await asyncio.wait_for(_collect(whole), 60)
+            events = await asyncio.wait_for(read_all(whole), 60)
             assert [e.kind for e in events] == [EventKind.DONE]
             assert events[0].text == "".join(e.text for e in streamed[0])
             assert events[0].stats is not None and events[0].stats.output_tokens == 24
