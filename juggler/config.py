@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from juggler import options as opt
+from juggler.errors import JugglerError
+from juggler.options import ModelOptions, env_name
 from juggler.types import MODEL_TYPE_ORDER, ModelType
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct-GGUF"
-ENV_PREFIX = "JUGGLER_"
 
 
 class ConfigError(ValueError):
@@ -65,7 +67,10 @@ def parse_max_loaded_models(value: Any) -> tuple[int, ...]:
 
 
 class Settings(BaseModel):
-    """Every setting of the router process. Frozen: change it by building a new one."""
+    """Every setting of the router process. Frozen: change it by building a new one.
+
+    The per-model options (ctx_size ... evict_weight_factor) and the engine shape
+    (workers, parallel, threads) reuse the declarations in `juggler.options`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -79,34 +84,36 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     #: Slots per type, in MODEL_TYPE_ORDER; -1 = unlimited.
     max_loaded_models: tuple[int, ...] = (1, 1, 1, 1, 1)
-    ctx_size: int = Field(4096, ge=64)
-    llamacpp_backend: str = "cpu"
-    llamacpp_args: str = ""
     #: Engine shape for llamacpp backends.
-    workers: int = Field(1, ge=1, le=64)
-    parallel: int = Field(8, ge=1, le=256)
-    threads: int = Field(0, ge=0, le=512)
+    workers: int = opt.WORKERS
+    parallel: int = opt.PARALLEL
+    threads: int = opt.THREADS
     #: Seconds a backend may take to become healthy.
     load_timeout_s: float = Field(120.0, gt=0)
     log_level: str = "info"
-    #: Opt-in dynamic memory management (seed 002).
-    auto_evict: bool = False
+    #: Per-model defaults (a /load body overrides them; seed 000's priority order).
+    ctx_size: int = opt.CTX_SIZE
+    llamacpp_backend: opt.LlamacppBackend = opt.LLAMACPP_BACKEND
+    llamacpp_args: str = opt.LLAMACPP_ARGS
+    auto_evict: bool = opt.AUTO_EVICT
+    downsize_idle_timeout: float = opt.DOWNSIZE_IDLE_TIMEOUT
+    evict_idle_timeout: float = opt.EVICT_IDLE_TIMEOUT
+    evict_weight_factor: float = opt.EVICT_WEIGHT_FACTOR
+    #: Seed 002: global memory use (0..1) above which idle models are evicted.
     auto_evict_threshold_pct: float = Field(0.90, gt=0, le=1)
-    downsize_idle_timeout: float = Field(60.0, ge=0)
-    evict_idle_timeout: float = Field(300.0, ge=0)
-    evict_weight_factor: float = Field(1.0, gt=0)
 
     @field_validator("max_loaded_models", mode="before")
     @classmethod
     def _max_loaded(cls, value: Any) -> tuple[int, ...]:
         return parse_max_loaded_models(value)
 
-    @field_validator("llamacpp_backend")
+    @field_validator("llamacpp_args")
     @classmethod
-    def _backend(cls, value: str) -> str:
-        allowed = {"cpu", "vulkan", "rocm", "metal", "cuda"}
-        if value not in allowed:
-            raise ValueError(f"{value!r} is not one of {sorted(allowed)}")
+    def _llamacpp_args(cls, value: str) -> str:
+        try:
+            opt.parse_llamacpp_args(value)
+        except JugglerError as exc:
+            raise ValueError(exc.message.removeprefix("llamacpp_args: ")) from None
         return value
 
     @field_validator("log_level")
@@ -117,12 +124,23 @@ class Settings(BaseModel):
             raise ValueError(f"{value!r} is not one of {sorted(allowed)}")
         return value.lower()
 
+    @model_validator(mode="after")
+    def _unbuilt(self) -> Settings:
+        for key in opt.UNBUILT_SETTINGS:
+            if getattr(self, key) != type(self).model_fields[key].default:
+                raise ValueError(f"{key}: {opt.UNBUILT_SETTINGS[key]}")
+        return self
+
     def max_models_for(self, model_type: ModelType) -> int:
         """Slots for one type; -1 = unlimited."""
         return self.max_loaded_models[MODEL_TYPE_ORDER.index(model_type)]
 
     def max_models_by_type(self) -> dict[str, int]:
         return {t.value: self.max_models_for(t) for t in MODEL_TYPE_ORDER}
+
+    def model_options(self, overrides: BaseModel | dict[str, Any] | None = None) -> ModelOptions:
+        """This server's per-model defaults, with a /load body's values on top."""
+        return opt.resolve(self, overrides)
 
 
 KEYS: tuple[str, ...] = tuple(Settings.model_fields)
@@ -169,7 +187,7 @@ def read_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     environ = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for key in KEYS:
-        name = ENV_PREFIX + key.upper()
+        name = env_name(key)
         if name in environ:
             out[key] = environ[name]
     return out

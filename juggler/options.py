@@ -1,0 +1,284 @@
+"""Every option that shapes a served model, declared once.
+
+Each option is one pydantic `Field` below, with its default, bounds, unit and help text.
+The models that use them:
+
+- `ModelOptions`: the per-model options of Lemonade's `/api/v1/load` (`ctx_size`,
+  `llamacpp_backend`, `llamacpp_args`) and seed 002's eviction settings. `Settings`
+  (config.py) declares the same fields as server-wide defaults; `LoadOverrides` is the
+  all-optional form a `/load` body carries. Seed 000's priority order is
+  `resolve(settings, overrides)`: "1. Values explicity passed in `load` [...] 2. Values
+  set by the user as [...] CLI args or env vars. 3. Default hardcoded values".
+- `EngineFlags`: the command line of Juggler's llama.cpp backend (`python -m
+  juggler.engine`). The backend builds its argparse from these fields, the manager's
+  recipe writes argv with `to_argv()`, and a client's `llamacpp_args` is parsed here
+  (`parse_llamacpp_args`) before anything is queued or evicted, so a bad flag is a 400
+  that names it.
+
+The environment variable of a setting is `JUGGLER_<NAME>` (see `env_name`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from juggler.errors import BadRequest, NotImplementedParam
+
+ENV_PREFIX = "JUGGLER_"
+
+LlamacppBackend = Literal["cpu", "vulkan", "rocm", "metal", "cuda"]
+FlashAttn = Literal["auto", "on", "off"]
+
+
+def env_name(key: str) -> str:
+    """The environment variable of setting `key`, e.g. ctx_size -> JUGGLER_CTX_SIZE."""
+    return ENV_PREFIX + key.upper()
+
+
+def _unit(unit: str) -> dict[str, Any]:
+    return {"unit": unit}
+
+
+# -- the declarations --------------------------------------------------------------------
+CTX_SIZE = Field(
+    4096,
+    ge=64,
+    le=1 << 20,
+    description="Context size: tokens one sequence may hold, and KV cells per engine worker.",
+    json_schema_extra=_unit("tokens"),
+)
+LLAMACPP_BACKEND = Field(
+    "cpu",
+    description="llama.cpp backend: cpu runs on the CPU, anything else offloads every layer.",
+)
+LLAMACPP_ARGS = Field(
+    "",
+    max_length=4096,
+    description="Extra engine flags, e.g. '--workers 2 --parallel 4' (see EngineFlags).",
+)
+AUTO_EVICT = Field(False, description="Opt into seed 002's dynamic memory management.")
+DOWNSIZE_IDLE_TIMEOUT = Field(
+    60.0,
+    ge=0,
+    description="Seconds idle before a model frees its KV cache and compute buffers.",
+    json_schema_extra=_unit("s"),
+)
+EVICT_IDLE_TIMEOUT = Field(
+    300.0,
+    ge=0,
+    description="Seconds idle before a model is unloaded.",
+    json_schema_extra=_unit("s"),
+)
+EVICT_WEIGHT_FACTOR = Field(
+    1.0,
+    gt=0,
+    description="Eviction protection: higher keeps a model longer under memory pressure.",
+)
+WORKERS = Field(
+    1, ge=1, le=64, description="Engine workers (llama.cpp contexts) per llama.cpp backend."
+)
+PARALLEL = Field(8, ge=1, le=256, description="Sequences per engine worker.")
+THREADS = Field(
+    0,
+    ge=0,
+    le=512,
+    description="CPU threads per engine worker (0: all cores).",
+    json_schema_extra=_unit("threads"),
+)
+
+
+class ModelOptions(BaseModel):
+    """The complete per-model options of one WrappedServer (after the priority merge)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ctx_size: int = CTX_SIZE
+    llamacpp_backend: LlamacppBackend = LLAMACPP_BACKEND
+    llamacpp_args: str = LLAMACPP_ARGS
+    auto_evict: bool = AUTO_EVICT
+    downsize_idle_timeout: float = DOWNSIZE_IDLE_TIMEOUT
+    evict_idle_timeout: float = EVICT_IDLE_TIMEOUT
+    evict_weight_factor: float = EVICT_WEIGHT_FACTOR
+
+    def launch_key(self) -> tuple[int, str, str]:
+        """The options that change how the backend process is started. Two loads of one
+        model with the same key are the same load (no-op); a different key reloads."""
+        return (self.ctx_size, self.llamacpp_backend, self.llamacpp_args)
+
+    def recipe_options(self) -> dict[str, Any]:
+        """Lemonade's `recipe_options` object for health entries."""
+        return self.model_dump()
+
+
+def _optional(info: FieldInfo) -> tuple[Any, Any]:
+    """The all-optional form of a field: same type and bounds, default None."""
+    inner = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    return (inner | None, Field(None, description=info.description))
+
+
+#: A /load body's options: every `ModelOptions` field, optional (None = not given).
+LoadOverrides: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    "LoadOverrides",
+    __config__=ConfigDict(frozen=True, extra="forbid"),
+    **{name: _optional(info) for name, info in ModelOptions.model_fields.items()},
+)
+
+#: Settings that are per-model options, in declaration order.
+MODEL_OPTION_KEYS: tuple[str, ...] = tuple(ModelOptions.model_fields)
+
+#: Options declared but not built yet, with why: a value other than the default is
+#: refused (400 on /load, an error in the config) instead of being accepted and ignored.
+UNBUILT_SETTINGS: dict[str, str] = {
+    "downsize_idle_timeout": "soft downsize of idle models is not built yet",
+    "evict_weight_factor": "memory-pressure eviction is not built yet",
+    "auto_evict_threshold_pct": "memory-pressure eviction is not built yet",
+}
+
+
+def resolve(defaults: BaseModel, overrides: BaseModel | dict[str, Any] | None) -> ModelOptions:
+    """Seed 000's priority order: `overrides` (a /load body) > `defaults` (Settings:
+    CLI > env > config file > built-in). Raises BadRequest naming a bad field."""
+    given = overrides.model_dump() if isinstance(overrides, BaseModel) else dict(overrides or {})
+    merged = {k: getattr(defaults, k) for k in MODEL_OPTION_KEYS}
+    for key, value in given.items():
+        if value is not None and key in UNBUILT_SETTINGS:
+            raise NotImplementedParam(key, UNBUILT_SETTINGS[key])
+    merged.update({k: v for k, v in given.items() if v is not None})
+    try:
+        options = ModelOptions.model_validate(merged)
+    except ValidationError as exc:
+        raise bad_request_from(exc) from None
+    parse_llamacpp_args(options.llamacpp_args)
+    return options
+
+
+def bad_request_from(exc: ValidationError) -> BadRequest:
+    """A pydantic error as a 400 that names the field."""
+    err = exc.errors()[0]
+    param = ".".join(str(p) for p in err["loc"]) or None
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return BadRequest(f"{param}: {msg}" if param else msg, param=param)
+
+
+# -- the engine's command line -------------------------------------------------------------
+class EngineFlags(BaseModel):
+    """Flags of `python -m juggler.engine` that shape its engine (not its identity: model
+    path, name, host, port and type are given by the manager, never by a client)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ctx_size: int = CTX_SIZE
+    workers: int = WORKERS
+    parallel: int = PARALLEL
+    threads: int = THREADS
+    n_gpu_layers: int = Field(
+        0, ge=0, le=100000, description="Layers offloaded to the GPU (0: CPU only)."
+    )
+    batch_size: int = Field(
+        512, ge=1, le=65536, description="Most tokens in one decode.", json_schema_extra=_unit("tokens")
+    )
+    prefill_chunk: int = Field(
+        256,
+        ge=1,
+        le=65536,
+        description="Most prompt tokens a tick prefills while others decode.",
+        json_schema_extra=_unit("tokens"),
+    )
+    stream_queue_size: int = Field(
+        256,
+        ge=1,
+        le=1 << 20,
+        description="Unconsumed events after which a slow stream is ended.",
+        json_schema_extra=_unit("events"),
+    )
+    flash_attn: FlashAttn = Field("auto", description="llama.cpp flash attention.")
+    cache_cells: int | None = Field(
+        None,
+        ge=0,
+        description="KV cells kept for prefix reuse by stateless requests (default: ctx-size / 8).",
+        json_schema_extra=_unit("cells"),
+    )
+    parked_cells: int | None = Field(
+        None,
+        ge=0,
+        description="Tokens of cached prefixes an idle worker parks in host memory for later "
+        "reuse (default: ctx-size; 0 turns parking off).",
+        json_schema_extra=_unit("tokens"),
+    )
+
+    def to_argv(self) -> list[str]:
+        """`--flag value` pairs for every field that is set (None fields are left out)."""
+        argv: list[str] = []
+        for name, value in self.model_dump().items():
+            if value is not None:
+                argv += [flag_of(name), str(value)]
+        return argv
+
+
+#: Flags a client may not pass in `llamacpp_args`: they have their own load option.
+OWNED_FLAGS: dict[str, str] = {"ctx_size": "ctx_size", "n_gpu_layers": "llamacpp_backend"}
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def field_type(info: FieldInfo) -> tuple[type, tuple[str, ...] | None]:
+    """The scalar type of a flag and, for a Literal, its choices (for argparse)."""
+    ann: Any = info.annotation
+    if get_origin(ann) in (Union, types.UnionType):
+        ann = next(a for a in get_args(ann) if a is not type(None))
+    if get_origin(ann) is Literal:
+        return str, tuple(str(a) for a in get_args(ann))
+    return ann, None
+
+
+def parse_llamacpp_args(text: str) -> dict[str, Any]:
+    """Parse a client's `llamacpp_args` into engine flag values; raises BadRequest naming
+    the flag (unclosed quote, unknown flag, missing or bad value, a flag that has its own
+    load option). Pure: nothing is started."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise BadRequest(f"llamacpp_args: {exc}", param="llamacpp_args") from None
+    known = {flag_of(n): n for n in EngineFlags.model_fields}
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        flag, eq, inline = token.partition("=")
+        name = known.get(flag)
+        if name is None:
+            choices = ", ".join(sorted(f for f, n in known.items() if n not in OWNED_FLAGS))
+            raise BadRequest(
+                f"llamacpp_args: unknown engine flag {token!r}; known flags: {choices}",
+                param="llamacpp_args",
+            )
+        if name in OWNED_FLAGS:
+            raise BadRequest(
+                f"llamacpp_args: {flag} is set with the {OWNED_FLAGS[name]} option instead",
+                param="llamacpp_args",
+            )
+        if eq:
+            value = inline
+        elif i + 1 < len(tokens):
+            i += 1
+            value = tokens[i]
+        else:
+            raise BadRequest(f"llamacpp_args: {flag} needs a value", param="llamacpp_args")
+        values[name] = value
+        i += 1
+    try:
+        checked = EngineFlags.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        raise BadRequest(
+            f"llamacpp_args: {flag_of(name)}: {err['msg']}", param="llamacpp_args"
+        ) from None
+    return {k: getattr(checked, k) for k in values}
