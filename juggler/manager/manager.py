@@ -1,10 +1,10 @@
 """The Manager: the public face of model residency (routes and the CLI call this).
 
 Each method runs in the caller's task: it does the blocking-ish preparation there
-(registry look-up, checkpoint and executable checks, off the loop in a thread), then sends
-one typed message to the owner task (owner.py) and awaits its Future. Nothing here
-touches the residency table; `snapshot()` and friends read the owner's last published,
-immutable copy.
+(options, registry look-up, checkpoint and executable checks, off the loop in a thread),
+then sends one typed message to the owner task (owner.py) and awaits its Future.
+Nothing here touches the residency table: the read methods read the immutable
+`TableSnapshot` the owner published last.
 """
 
 from __future__ import annotations
@@ -14,19 +14,24 @@ import contextlib
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from juggler.config import Settings, parse_max_loaded_models
 from juggler.errors import BadRequest, JugglerError
 from juggler.manager import messages as m
 from juggler.manager.lease import Lease
-from juggler.manager.options import LoadOptions
 from juggler.manager.owner import Owner
-from juggler.manager.policy import ServerView, all_slots_pinned
+from juggler.manager.policy import all_slots_pinned
+from juggler.manager.process import ProcessSpawner
 from juggler.manager.recipes import LaunchPlan, Resolver, plan_launch
-from juggler.manager.snapshot import ServerSnapshot
+from juggler.manager.snapshot import ServerSnapshot, TableSnapshot
+from juggler.manager.spawner import Spawner
+from juggler.manager.table import ServerTable
+from juggler.options import ModelOptions
 from juggler.types import MODEL_TYPE_ORDER, ModelInfo, ModelType
 
 log = logging.getLogger("juggler.manager")
@@ -53,7 +58,8 @@ PROBE_WAIT_S = 5.0
 
 class Manager:
     """Model residency for one router process. Create it, `await start()`, and
-    `await stop()` at shutdown (it ends every backend process it started)."""
+    `await stop()` at shutdown (it ends every backend process it started). `spawner`
+    starts backends (default: child processes; tests pass a fake)."""
 
     def __init__(
         self,
@@ -61,14 +67,17 @@ class Manager:
         registry: ModelSource,
         *,
         resolve: Resolver | None = None,
+        spawner: Spawner | None = None,
         log_dir: Path | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
         self._resolve = resolve
+        self._spawner: Spawner = spawner or ProcessSpawner()
         self._log_dir = log_dir
         self._owns_log_dir = log_dir is None
-        self._owner: Owner | None = None
+        self._inbox: asyncio.Queue[m.Message] = asyncio.Queue()
+        self._published = TableSnapshot(limits=settings.max_loaded_models)
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -80,8 +89,16 @@ class Manager:
         self._loop = asyncio.get_running_loop()
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="juggler-backends-"))
-        self._owner = Owner(self.settings, self._log_dir, self._post)
-        self._task = asyncio.create_task(self._owner.run(), name="juggler-manager")
+        owner = Owner(
+            table=ServerTable(self._log_dir),
+            spawner=self._spawner,
+            limits=self.settings.max_loaded_models,
+            load_timeout_s=self.settings.load_timeout_s,
+            inbox=self._inbox,
+            post=self._post,
+            publish=self._on_publish,
+        )
+        self._task = asyncio.create_task(owner.run(), name="juggler-manager")
 
     async def stop(self) -> None:
         """Fail queued loads, stop every backend (SIGTERM, then SIGKILL), end the owner.
@@ -108,19 +125,35 @@ class Manager:
         LoadFailed, SlotsPinned."""
         lease: Lease | None = await self._ask(lambda f: m.Acquire(model_name, None, f))
         if lease is None:
-            plan = await self._prepare(model_name, LoadOptions())
+            plan = await self._prepare(model_name, self.settings.model_options())
             lease = await self._ask(lambda f: m.Acquire(model_name, plan, f))
         assert lease is not None
         return lease
 
-    async def load(self, model_name: str, options: LoadOptions | None = None) -> ServerSnapshot:
-        """Explicit /load. Same model with the same launch options: no-op that refreshes its
-        last use (and applies `pinned` if given); other options: reload. Blocks until the
-        model is ready. Raises as `acquire` does."""
-        options = options or LoadOptions()
-        options.validate()
+    async def lease(self, server_id: int) -> Lease:
+        """A lease on server `server_id` (a `ServerSnapshot.server_id`) if it is ready;
+        never loads anything. Raises ModelNotLoaded when that server is loading, being
+        evicted, dead or gone (a reloaded model is another server)."""
+        lease: Lease = await self._ask(lambda f: m.LeaseServer(server_id, f))
+        return lease
+
+    async def load(
+        self,
+        model_name: str,
+        overrides: Mapping[str, Any] | BaseModel | None = None,
+        *,
+        pinned: bool | None = None,
+    ) -> ServerSnapshot:
+        """Explicit /load. `overrides` are the body's per-model options (None values: not
+        given), merged over the settings (seed 000's priority order) and checked before
+        anything is queued: a bad one raises BadRequest and evicts nothing. Same model
+        with the same launch options: no-op that refreshes its last use (and applies
+        `pinned` if given); other options: reload. Blocks until the model is ready.
+        Raises as `acquire` does."""
+        given = overrides if isinstance(overrides, BaseModel | None) else dict(overrides)
+        options = self.settings.model_options(given)
         plan = await self._prepare(model_name, options)
-        snapshot: ServerSnapshot = await self._ask(lambda f: m.Load(plan, options.pinned, f))
+        snapshot: ServerSnapshot = await self._ask(lambda f: m.Load(plan, pinned, f))
         return snapshot
 
     async def unload(self, model_name: str | None = None) -> list[str]:
@@ -160,62 +193,56 @@ class Manager:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(future), PROBE_WAIT_S)
 
-    # -- reads (no waiting; the owner's last published copy) ----------------------------
+    # -- reads (no waiting; the owner's last published snapshot) ------------------------
     def snapshot(self) -> list[ServerSnapshot]:
         """Every server in the table, including ones loading or being evicted."""
-        return list(self._owner.published) if self._owner else []
+        return list(self._published.servers)
 
     def most_recent(self) -> ServerSnapshot | None:
         """The most recently loaded ready server (health's model_loaded)."""
-        return self._owner.most_recent if self._owner else None
+        return self._published.most_recent
 
     def max_models(self) -> dict[str, int]:
-        limits = (
-            self._owner.limits
-            if self._owner
-            else dict(zip(MODEL_TYPE_ORDER, self.settings.max_loaded_models, strict=True))
-        )
-        return {t.value: limits[t] for t in MODEL_TYPE_ORDER}
+        return {t.value: n for t, n in zip(MODEL_TYPE_ORDER, self._published.limits, strict=True)}
 
     def slots_all_pinned(self, model_type: ModelType) -> bool:
         """Seed 002's pre-emptive warning: every slot of this type holds a pinned model."""
-        if self._owner is None:
-            return False
-        views: list[ServerView] = self._owner.views()
-        return all_slots_pinned(model_type, views, self._owner.limits)
+        published = self._published
+        return all_slots_pinned(model_type, published.views, published.limits_by_type())
 
     def stats(self) -> dict[str, int]:
-        """Counters since start: loads, load_failures, evictions, backend_deaths, queued."""
-        if self._owner is None:
+        """Counters since start: loads, load_failures, evictions, backend_deaths,
+        idle_evictions (each once it happened), and queued (loads queued or running)."""
+        if self._task is None:
             return {}
-        counters = dict(self._owner.counters)
-        counters["queued"] = len(self._owner.queue) + (1 if self._owner.active else 0)
-        return counters
+        return {**dict(self._published.counters), "queued": self._published.num_queued}
 
     # -- plumbing ------------------------------------------------------------------------
-    async def _prepare(self, model_name: str, options: LoadOptions) -> LaunchPlan:
+    async def _prepare(self, model_name: str, options: ModelOptions) -> LaunchPlan:
         info = self.registry.get(model_name)
         resolve = self._resolve or _default_resolver()
-        resolved = options.resolve(self.settings)
-        return await asyncio.to_thread(plan_launch, info, resolved, self.settings, resolve)
+        return await asyncio.to_thread(plan_launch, info, options, self.settings, resolve)
+
+    def _on_publish(self, published: TableSnapshot) -> None:
+        self._published = published
 
     def _post(self, msg: m.Message) -> None:
         """Send a message to the owner; callable from the loop or from another thread."""
-        if self._owner is None or self._loop is None or self._loop.is_closed():
+        if self._loop is None or self._loop.is_closed():
             return
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
-            self._owner.inbox.put_nowait(msg)
+            self._inbox.put_nowait(msg)
         else:
-            self._loop.call_soon_threadsafe(self._owner.inbox.put_nowait, msg)
+            self._loop.call_soon_threadsafe(self._inbox.put_nowait, msg)
 
     async def _ask(self, make: Callable[[asyncio.Future[T]], m.Message]) -> T:
         """Post the message `make(future)` and await its answer. A caller cancelled after
         the owner handed it a lease gives the lease back."""
-        if self._owner is None or self._task is None or self._task.done():
+        if self._task is None or self._task.done():
             raise JugglerError("The model manager is not running")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._post(make(future))

@@ -1,4 +1,4 @@
-"""Typed messages to the manager's owner task, and the queued-load record.
+"""Typed messages to the manager's owner task.
 
 Every message is tagged with a `MsgKind`; the owner dispatches on the tag in one place
 and logs what it does not know. Messages that expect an answer carry a Future that the
@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from juggler.manager.lease import Lease
+from juggler.manager.load_queue import LoadJob
 from juggler.manager.recipes import LaunchPlan
 from juggler.manager.snapshot import ServerSnapshot
+from juggler.manager.spawner import BackendProcess
 
 
 class MsgKind(enum.Enum):
     ACQUIRE = "acquire"  # caller: a lease for a request (maybe auto-loading)
+    LEASE = "lease"  # caller: a lease on one ready server, never loading
     LOAD = "load"  # caller: explicit /load
     UNLOAD = "unload"  # caller: /unload one or all
     PIN = "pin"  # caller: /internal/pin
@@ -35,26 +38,6 @@ class MsgKind(enum.Enum):
 
 
 @dataclass(eq=False)
-class LoadJob:
-    """One queued load. Callers that want the same model join it instead of queueing
-    another: `acquirers` get a Lease (counted in flight atomically when the load
-    completes: auto-load protection), `loaders` get a snapshot."""
-
-    plan: LaunchPlan
-    is_explicit: bool
-    #: /load's `pinned` when given; None leaves the pin as it is.
-    pin: bool | None = None
-    acquirers: list[asyncio.Future[Lease | None]] = field(default_factory=list)
-    loaders: list[asyncio.Future[ServerSnapshot]] = field(default_factory=list)
-    has_retried: bool = False
-    evict_all: bool = False
-
-    @property
-    def model_name(self) -> str:
-        return self.plan.info.name
-
-
-@dataclass(eq=False)
 class Acquire:
     kind: ClassVar[MsgKind] = MsgKind.ACQUIRE
     name: str
@@ -62,6 +45,13 @@ class Acquire:
     #: caller prepares a plan (file checks, off the owner) and asks again.
     plan: LaunchPlan | None
     future: asyncio.Future[Lease | None]
+
+
+@dataclass(eq=False)
+class LeaseServer:
+    kind: ClassVar[MsgKind] = MsgKind.LEASE
+    server_id: int
+    future: asyncio.Future[Lease]
 
 
 @dataclass(eq=False)
@@ -114,6 +104,8 @@ class LoadDone:
     kind: ClassVar[MsgKind] = MsgKind.LOAD_DONE
     job: LoadJob
     server_id: int
+    #: The started backend, or None with `error`.
+    process: BackendProcess | None
     error: Exception | None
 
 
@@ -150,6 +142,7 @@ class Stop:
 
 Message = (
     Acquire
+    | LeaseServer
     | Load
     | Unload
     | Pin

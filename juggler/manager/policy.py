@@ -1,11 +1,16 @@
-"""The eviction policy: pure functions of data. No I/O, no clock, no logging.
+"""The residency policy: pure functions of data. No I/O, no clock, no logging.
 
-`decide(request, table, limits)` is called by the manager's owner task when a queued load
+`decide(request, table, limits, evicting)` is called by the owner task when a queued load
 leaves the queue (seed 000: "make the eviction policy choices when starting the load for a
 specific WrappedServer (i.e., make the choices when the WrappedServer is exiting the
 queue, not when its entering the queue)"). The owner carries the Decision out. Rules, in
 the order they apply:
 
+0. Evictions in progress: a server being evicted still holds its slot and its memory, so
+   a load waits while one of its own type, or one it conflicts with on the NPU, is still
+   being evicted. Evictions of other types do not hold it up (a slow eviction of an
+   embedding model does not delay an LLM load). The evict-all retry waits for every
+   eviction: it frees everything before it tries again.
 1. Evict-all retry: after a failed load, every server of every type is a victim
    (seed 000 "evict all WrappedServers of every type"; pinned ones too: the rule is
    deliberately "nuclear").
@@ -21,6 +26,9 @@ the order they apply:
    is unlimited. A lowered limit evicts down to it here, at the type's next load.
 5. Busy protection: if any victim has a request in flight, nothing is evicted yet; the
    load waits (no timeout) and is decided again when something changes.
+
+`retry_after_failure` is seed 000's error rule for a load that failed; `idle_victims` is
+seed 002's hard idle timeout; `all_slots_pinned` is seed 002's pre-emptive warning.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import enum
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+from juggler.errors import is_missing_file
 from juggler.manager.recipes import NpuBackend
 from juggler.types import Device, ModelType
 
@@ -36,13 +45,13 @@ from juggler.types import Device, ModelType
 class Verdict(enum.Enum):
     NOOP = "noop"  # already loaded with these options: refresh last use
     LOAD = "load"  # evict `victims` (maybe none), then load
-    WAIT = "wait"  # victims are busy: keep the load at the head of the queue
+    WAIT = "wait"  # busy victims or evictions in progress: keep the load at the queue head
     REFUSE = "refuse"  # every candidate is pinned: SlotsPinned
 
 
 @dataclass(frozen=True)
 class ServerView:
-    """What the policy needs to know about one resident server."""
+    """What the policy needs to know about one server in the table."""
 
     model_name: str
     type: ModelType
@@ -52,11 +61,9 @@ class ServerView:
     in_flight: int = 0
     pinned: bool = False
     launch_key: Hashable = None
-    #: Opt-in memory management (seed 002): idle timeout and eviction weighting.
+    #: Opt-in memory management (seed 002): unloaded after this long idle.
     auto_evict: bool = False
     evict_idle_timeout_s: float = 300.0
-    load_duration_s: float = 0.0
-    evict_weight_factor: float = 1.0
 
     @property
     def is_busy(self) -> bool:
@@ -80,7 +87,8 @@ class LoadRequest:
 class Decision:
     verdict: Verdict
     victims: tuple[str, ...] = ()
-    busy: tuple[str, ...] = ()
+    #: For WAIT: the busy victims, or the servers whose eviction must end first.
+    waiting_for: tuple[str, ...] = ()
     reason: str = ""
 
 
@@ -95,6 +103,17 @@ def _npu_conflicts(request: LoadRequest, server: ServerView) -> bool:
     return True  # ryzenai-llm, whispercpp, oga, exclusive: one model holds the whole NPU
 
 
+def blocking_evictions(request: LoadRequest, evicting: Sequence[ServerView]) -> tuple[str, ...]:
+    """Rule 0: the servers being evicted that `request` must wait for (their slot and
+    memory are not free yet): those of its type, and those it conflicts with on the NPU;
+    every one for the evict-all retry."""
+    return tuple(
+        s.model_name
+        for s in evicting
+        if request.evict_all or s.type == request.type or _npu_conflicts(request, s)
+    )
+
+
 def _lru_order(server: ServerView) -> tuple[bool, float]:
     # A server with a request in flight is being used right now.
     return (server.is_busy, server.last_use)
@@ -104,9 +123,14 @@ def decide(
     request: LoadRequest,
     table: Sequence[ServerView],
     limits: Mapping[ModelType, int],
+    evicting: Sequence[ServerView] = (),
 ) -> Decision:
-    """Choose what must leave before `request` loads. `table` holds the resident servers
-    (all ready, one per model name); `limits` maps a type to its slots (-1 unlimited)."""
+    """Choose what must leave before `request` loads. `table` holds the ready servers
+    (one per model name), `evicting` the servers being evicted; `limits` maps a type to
+    its slots (-1 unlimited)."""
+    blocked = blocking_evictions(request, evicting)
+    if blocked:
+        return Decision(Verdict.WAIT, (), blocked, reason="waiting for evictions to end")
     if request.evict_all:
         return _finish(tuple(s.model_name for s in table), table)
 
@@ -157,6 +181,16 @@ def _finish(victims: tuple[str, ...], table: Sequence[ServerView]) -> Decision:
     return Decision(Verdict.LOAD, victims)
 
 
+def retry_after_failure(error: BaseException, *, has_retried: bool, num_others: int) -> bool:
+    """Seed 000's error rule for a failed load: True when every server should be evicted
+    and the load tried once more. Never for a missing file ("Do not evict models if the
+    WrappedServer failed to load because a file was not found on disk"), never twice, and
+    not when no other server is ready (`num_others`): there is nothing to free."""
+    if is_missing_file(error):
+        return False
+    return not has_retried and num_others > 0
+
+
 def all_slots_pinned(
     model_type: ModelType, table: Sequence[ServerView], limits: Mapping[ModelType, int]
 ) -> bool:
@@ -181,24 +215,3 @@ def idle_victims(table: Sequence[ServerView], now: float) -> tuple[tuple[str, ..
         elif next_at is None or deadline < next_at:
             next_at = deadline
     return tuple(victims), next_at
-
-
-def pressure_victim(table: Sequence[ServerView], now: float) -> str | None:
-    """Under memory pressure (seed 002): the most disposable idle, unpinned `auto_evict`
-    server by `eviction_score`, or None."""
-    candidates = [s for s in table if s.auto_evict and not s.pinned and not s.is_busy]
-    if not candidates:
-        return None
-    best = max(
-        candidates,
-        key=lambda s: eviction_score(
-            (now - s.last_use) * 1000, s.load_duration_s * 1000, s.evict_weight_factor
-        ),
-    )
-    return best.model_name
-
-
-def eviction_score(idle_ms: float, load_ms: float, weight: float) -> float:
-    """Seed 002: `eviction_score = idle_time_ms / (load_duration_ms * evict_weight_factor)`;
-    higher = more disposable (fast loads go first, heavy weights protect)."""
-    return idle_ms / (max(load_ms, 1.0) * max(weight, 1e-9))

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from juggler.config import Settings
-from juggler.errors import CheckpointMissing, RecipeNotInstalled
-from juggler.manager.options import ResolvedOptions
+from juggler.errors import BadRequest, CheckpointMissing, RecipeNotInstalled
+from juggler.options import EngineFlags, ModelOptions, parse_llamacpp_args
 from juggler.types import Device, ModelInfo, ModelType
 
 #: Turns a model's checkpoint into a file on disk; raises CheckpointMissing.
@@ -125,7 +125,7 @@ class LaunchPlan:
     recipe: Recipe
     device: Device
     npu_backend: NpuBackend | None
-    options: ResolvedOptions
+    options: ModelOptions
     health_path: str
     argv_template: tuple[str, ...]
     #: llamacpp backends report the device they actually use on /health.
@@ -145,7 +145,15 @@ class LaunchPlan:
             "model_name": self.info.name,
             "checkpoint": self.info.checkpoint,
         }
-        return [token.format_map(values) for token in self.argv_template]
+        return _fill(self.argv_template, values)
+
+
+#: The placeholders of a launch template.
+PLACEHOLDERS = ("port", "host", "model_path", "model_name", "checkpoint")
+
+
+def _fill(template: tuple[str, ...], values: dict[str, str]) -> list[str]:
+    return [token.format_map(values) for token in template]
 
 
 def recipe_for(name: str) -> Recipe:
@@ -175,8 +183,23 @@ def _command_npu_backend(info: ModelInfo, device: Device) -> NpuBackend | None:
         return NpuBackend.EXCLUSIVE
 
 
-def _llamacpp_argv(info: ModelInfo, options: ResolvedOptions, settings: Settings) -> list[str]:
-    argv = [
+def _llamacpp_argv(info: ModelInfo, options: ModelOptions, settings: Settings) -> list[str]:
+    """`python -m juggler.engine`: the identity flags, then the engine flags. A client's
+    `llamacpp_args` override the settings' workers, parallel and threads."""
+    shape: dict[str, object] = {
+        "ctx_size": options.ctx_size,
+        "workers": settings.workers,
+        "parallel": settings.parallel,
+        "threads": settings.threads,
+        "n_gpu_layers": 0 if options.llamacpp_backend == "cpu" else 999,
+    }
+    shape.update(parse_llamacpp_args(options.llamacpp_args))
+    flags = EngineFlags.model_validate(shape).to_argv()
+    if "--threads" in flags and flags[flags.index("--threads") + 1] == "0":
+        # 0 means "every core", which is the engine's own default: leave it to the engine.
+        i = flags.index("--threads")
+        del flags[i : i + 2]
+    identity = [
         sys.executable,
         "-m",
         ENGINE_MODULE,
@@ -190,29 +213,34 @@ def _llamacpp_argv(info: ModelInfo, options: ResolvedOptions, settings: Settings
         "{port}",
         "--type",
         info.type.value,
-        "--ctx-size",
-        str(options.ctx_size),
-        "--workers",
-        str(settings.workers),
-        "--parallel",
-        str(settings.parallel),
-        "--n-gpu-layers",
-        "0" if options.llamacpp_backend == "cpu" else "999",
     ]
-    if settings.threads:
-        argv += ["--threads", str(settings.threads)]
-    # Braces in user args must survive the per-token format() in LaunchPlan.argv.
-    argv += [a.replace("{", "{{").replace("}", "}}") for a in shlex.split(options.llamacpp_args)]
-    return argv
+    # Braces must survive the per-token format() in LaunchPlan.argv.
+    return identity + [a.replace("{", "{{").replace("}", "}}") for a in flags]
+
+
+def _command_template(info: ModelInfo) -> tuple[str, ...]:
+    """The model's command template as argv tokens; a template that cannot be parsed or
+    filled (unclosed quote, unknown placeholder) is the client's error, named `command`."""
+    assert info.command is not None
+    try:
+        template = tuple(shlex.split(info.command))
+        _fill(template, dict.fromkeys(PLACEHOLDERS, ""))
+    except (ValueError, KeyError, IndexError) as exc:
+        raise BadRequest(
+            f"command: cannot parse the command template of {info.name!r}: {exc!r}",
+            param="command",
+        ) from None
+    return template
 
 
 def plan_launch(
-    info: ModelInfo, options: ResolvedOptions, settings: Settings, resolve: Resolver
+    info: ModelInfo, options: ModelOptions, settings: Settings, resolve: Resolver
 ) -> LaunchPlan:
     """Check the recipe is installed and the checkpoint is on disk, and build the plan.
 
     Blocks on file-system checks only (run it off the event loop if `resolve` is slow).
-    Raises RecipeNotInstalled or CheckpointMissing (both missing-file class)."""
+    Raises RecipeNotInstalled or CheckpointMissing (both missing-file class), or
+    BadRequest for a `command` template that cannot be parsed."""
     recipe = recipe_for(info.recipe)
     if recipe.name == "command":
         if not info.command:
@@ -221,7 +249,7 @@ def plan_launch(
             )
         device = _declared_device(info)
         npu_backend = _command_npu_backend(info, device)
-        template = tuple(shlex.split(info.command))
+        template = _command_template(info)
         exe = template[0] if template else ""
         if not (shutil.which(exe) or Path(exe).is_file()):
             raise RecipeNotInstalled(f"model {info.name!r}: executable {exe!r} not found")

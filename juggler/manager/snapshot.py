@@ -1,13 +1,18 @@
-"""Immutable views of the residency table, for routes (`/health`, `/internal/*`, CLI)."""
+"""Immutable views of the residency table, for routes (`/health`, `/internal/*`, CLI).
+
+The owner task publishes one `TableSnapshot` after every message it handles; the
+Manager's read methods read only that (never the owner's live table).
+"""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from juggler.manager.options import ResolvedOptions
-from juggler.types import Device, ModelType
+from juggler.manager.policy import ServerView
+from juggler.options import ModelOptions
+from juggler.types import MODEL_TYPE_ORDER, Device, ModelType
 
 
 class ServerState(enum.Enum):
@@ -34,6 +39,8 @@ class ServerState(enum.Enum):
 class ServerSnapshot:
     """A copy of one WrappedServer at one moment; safe to keep and read anywhere."""
 
+    #: Unique per load: a reloaded model is another server (session routes lease by it).
+    server_id: int
     model_name: str
     checkpoint: str
     type: ModelType
@@ -45,7 +52,7 @@ class ServerSnapshot:
     pinned: bool
     status: ServerState
     in_flight: int
-    options: ResolvedOptions
+    options: ModelOptions
     #: How many times this model has been loaded since the manager started.
     num_loads: int = 1
     load_duration_s: float | None = None
@@ -72,3 +79,24 @@ class ServerSnapshot:
             "in_flight": self.in_flight,
             "num_loads": self.num_loads,
         }
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """The whole table at one moment, as the owner published it."""
+
+    #: Slots per type, in MODEL_TYPE_ORDER; -1 = unlimited.
+    limits: tuple[int, ...]
+    #: Every server in the table, including ones loading or being evicted.
+    servers: tuple[ServerSnapshot, ...] = ()
+    #: The most recently loaded ready server (health's model_loaded).
+    most_recent: ServerSnapshot | None = None
+    #: The ready servers as the policy sees them (for `slots_all_pinned`).
+    views: tuple[ServerView, ...] = ()
+    #: Loads queued or running.
+    num_queued: int = 0
+    #: Counters since start (loads, load_failures, evictions, ...), sorted by name.
+    counters: tuple[tuple[str, int], ...] = field(default=())
+
+    def limits_by_type(self) -> dict[ModelType, int]:
+        return dict(zip(MODEL_TYPE_ORDER, self.limits, strict=True))

@@ -16,7 +16,7 @@ import pytest
 
 from juggler.config import Settings
 from juggler.errors import CheckpointMissing, ModelNotFound
-from juggler.manager import Manager
+from juggler.manager import Manager, Spawner
 from juggler.types import ModelInfo
 
 T = TypeVar("T")
@@ -58,8 +58,11 @@ def run(coro: Awaitable[T], timeout_s: float = 90.0) -> T:
 
 
 @contextlib.asynccontextmanager
-async def running(settings: Settings, registry: FakeRegistry) -> AsyncIterator[Manager]:
-    manager = Manager(settings, registry, resolve=resolve_path)
+async def running(
+    settings: Settings, registry: FakeRegistry, spawner: Spawner | None = None
+) -> AsyncIterator[Manager]:
+    """A started Manager (real processes unless `spawner` is given), stopped on exit."""
+    manager = Manager(settings, registry, resolve=resolve_path, spawner=spawner)
     await manager.start()
     try:
         yield manager
@@ -67,13 +70,36 @@ async def running(settings: Settings, registry: FakeRegistry) -> AsyncIterator[M
         await manager.stop()
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+async def until(
+    predicate: Callable[[], bool], timeout_s: float = 30.0, step_s: float = 0.01
+) -> None:
     """Poll a condition with a deadline (never a bare sleep)."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(step_s)
+
+
+def stub(
+    name: str,
+    *,
+    device: str = "gpu",
+    labels: tuple[str, ...] = (),
+    npu_backend: str | None = None,
+    checkpoint: str = "",
+) -> ModelInfo:
+    """A `command` model for the fake spawner: its command is never run."""
+    extra = {"npu_backend": npu_backend} if npu_backend else {}
+    return ModelInfo(
+        name=name,
+        checkpoint=checkpoint,
+        recipe="command",
+        labels=labels,
+        command=f"{sys.executable} --port {{port}}",
+        device=device,
+        extra=extra,
+    )
 
 
 def settings(**values: Any) -> Settings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from juggler.errors import CheckpointMissing, LoadFailed, RecipeNotInstalled
 from juggler.manager.policy import (
     Decision,
     LoadRequest,
@@ -9,9 +10,8 @@ from juggler.manager.policy import (
     Verdict,
     all_slots_pinned,
     decide,
-    eviction_score,
     idle_victims,
-    pressure_victim,
+    retry_after_failure,
 )
 from juggler.manager.recipes import NpuBackend
 from juggler.types import MODEL_TYPE_ORDER, Device, ModelType
@@ -122,7 +122,7 @@ def test_busy_lru_waits_and_is_not_evicted() -> None:
     finish before evicting it ... The load should queue up indefinitely." """
     decision = decide(req("b"), [srv("a", 1, in_flight=1)], limits(1))
     assert decision.verdict is Verdict.WAIT
-    assert decision.busy == ("a",)
+    assert decision.waiting_for == ("a",)
 
 
 def test_busy_server_counts_as_used_now() -> None:
@@ -239,7 +239,7 @@ def test_evict_all_waits_for_busy() -> None:
     finish before evicting it" -- the evict-all retry too."""
     table = [srv("a", 1), srv("e", 2, EMB, in_flight=1)]
     decision = decide(req("x", evict_all=True), table, limits(5))
-    assert decision.verdict is Verdict.WAIT and decision.busy == ("e",)
+    assert decision.verdict is Verdict.WAIT and decision.waiting_for == ("e",)
 
 
 def test_all_slots_pinned_warning() -> None:
@@ -250,15 +250,6 @@ def test_all_slots_pinned_warning() -> None:
     assert not all_slots_pinned(LLM, table, limits(3))
     assert not all_slots_pinned(EMB, table, limits(1))
     assert not all_slots_pinned(LLM, table, limits(-1))
-
-
-def test_eviction_score_prefers_fast_loads() -> None:
-    """Seed 002: "eviction_score = idle_time_ms / (load_duration_ms * evict_weight_factor)
-    Higher score = more disposable. Fast-loading models are evicted first" """
-    fast = eviction_score(idle_ms=10_000, load_ms=500, weight=1.0)
-    slow = eviction_score(idle_ms=10_000, load_ms=5_000, weight=1.0)
-    protected = eviction_score(idle_ms=10_000, load_ms=500, weight=20.0)
-    assert fast > slow > protected
 
 
 def idle(name: str, last_use: float, **kw: object) -> ServerView:
@@ -281,13 +272,43 @@ def test_idle_evict_after_timeout_only_when_opted_in() -> None:
     assert idle_victims([idle("a", 0.0, auto_evict=False)], now=1e9) == ((), None)
 
 
-def test_pressure_victim_uses_load_time_weighted_score() -> None:
-    """Seed 002: "Under pressure, the engine evicts by: eviction_score = idle_time_ms /
-    (load_duration_ms * evict_weight_factor)" """
-    table = [
-        idle("slow_load", 0.0, load_duration_s=20.0),
-        idle("fast_load", 50.0, load_duration_s=0.5),
-        idle("protected", 0.0, load_duration_s=0.5, evict_weight_factor=1000.0),
-    ]
-    assert pressure_victim(table, now=100.0) == "fast_load"
-    assert pressure_victim([idle("b", 0.0, in_flight=1)], now=100.0) is None
+def test_eviction_of_same_type_holds_up_a_load() -> None:
+    """Issue 9: "a slow eviction of an embedding model must not hold up an LLM load" -- but
+    a server of the load's own type that is still being evicted holds its slot and memory,
+    so that load waits."""
+    evicting = [srv("emb", 1, EMB)]
+    assert decide(req("b"), [], limits(1), evicting) == load()
+    decision = decide(req("e2", EMB), [], limits(1), evicting)
+    assert decision.verdict is Verdict.WAIT and decision.waiting_for == ("emb",)
+    evicting_llm = [srv("a", 1)]
+    assert decide(req("b"), [], limits(-1), evicting_llm).waiting_for == ("a",)
+
+
+def test_evicting_npu_holder_holds_up_a_conflicting_npu_load() -> None:
+    """Seed 002: "flm, ryzenai-llm, and whispercpp are mutually exclusive on the NPU" -- a
+    whisper load waits while an NPU LLM is still leaving the NPU; a GPU LLM does not."""
+    evicting = [srv("r1", 1, device=Device.NPU, npu=NpuBackend.RYZENAI_LLM)]
+    request = req("w", AUDIO, device=Device.NPU, npu=NpuBackend.WHISPERCPP)
+    assert decide(request, [], limits(1), evicting).verdict is Verdict.WAIT
+    assert decide(req("gpu_emb", EMB), [], limits(1), evicting) == load()
+
+
+def test_evict_all_retry_waits_for_every_eviction() -> None:
+    """Seed 000: "evict all WrappedServers of every type, then re-attempt loading the new
+    WrappedServer" -- the retry starts once everything being evicted is gone."""
+    decision = decide(req("x", evict_all=True), [srv("a", 2)], limits(5), [srv("e", 1, EMB)])
+    assert decision.verdict is Verdict.WAIT and decision.waiting_for == ("e",)
+
+
+def test_retry_after_failure_except_missing_file() -> None:
+    """Seed 000: "If we attempt to load a new WrappedServer of TYPE into an available slot,
+    and the load fails for almost any reason (see exceptions below), evict all
+    WrappedServers of every type, then re-attempt loading the new WrappedServer.
+    [...] Exceptions to the policy: Do not evict models if the WrappedServer failed to load
+    because a file was not found on disk." """
+    failed = LoadFailed("out of memory")
+    assert retry_after_failure(failed, has_retried=False, num_others=2)
+    assert not retry_after_failure(failed, has_retried=True, num_others=2)  # once only
+    assert not retry_after_failure(failed, has_retried=False, num_others=0)  # nothing to free
+    for missing in (CheckpointMissing("gone"), RecipeNotInstalled("no flm")):
+        assert not retry_after_failure(missing, has_retried=False, num_others=2)

@@ -1,4 +1,4 @@
-"""Recipes and load options: fast, no processes started."""
+"""Recipes, load options and the engine's command line: fast, no processes started."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from juggler.errors import BadRequest, CheckpointMissing, RecipeNotInstalled
-from juggler.manager.options import LoadOptions
 from juggler.manager.recipes import NpuBackend, plan_launch
 from juggler.types import Device, ModelInfo
 
@@ -20,48 +19,52 @@ def test_load_values_beat_settings_beat_defaults() -> None:
     """Seed 000: "The priority order for defaults is now: 1. Values explicity passed in
     `load` ... 2. Values set by the user as `lemonade-server` CLI args or env vars.
     3. Default hardcoded values" """
-    s = settings(ctx_size=1024, llamacpp_args="--foo 1")
-    resolved = LoadOptions(ctx_size=2048).resolve(s)
+    s = settings(ctx_size=1024, llamacpp_args="--workers 2")
+    resolved = s.model_options({"ctx_size": 2048, "llamacpp_backend": None})
     assert resolved.ctx_size == 2048  # /load
-    assert resolved.llamacpp_args == "--foo 1"  # settings (CLI/env/config)
+    assert resolved.llamacpp_args == "--workers 2"  # settings (CLI/env/config)
     assert resolved.evict_weight_factor == 1.0  # built-in default
-    assert resolved.pinned is False
 
 
-def test_launch_key_ignores_pin_and_eviction_settings() -> None:
-    """Issue 4: "the same model already loaded with the same options is a no-op" -- pinning
-    or eviction tuning needs no reload; ctx size does."""
+def test_launch_key_ignores_eviction_settings() -> None:
+    """Issue 4: "the same model already loaded with the same options is a no-op" -- eviction
+    tuning needs no reload; ctx size does."""
     s = settings()
-    base = LoadOptions().resolve(s).launch_key()
-    assert LoadOptions(pinned=True, evict_idle_timeout=5).resolve(s).launch_key() == base
-    assert LoadOptions(ctx_size=1024).resolve(s).launch_key() != base
-
-
-def test_load_options_from_body_validates() -> None:
-    body = {"model_name": "x", "ctx_size": 2048, "pinned": True, "llamacpp_args": "-b 64"}
-    assert LoadOptions.from_body(body) == LoadOptions(
-        pinned=True, ctx_size=2048, llamacpp_args="-b 64"
-    )
-    with pytest.raises(BadRequest) as err:
-        LoadOptions.from_body({"ctx_size": 10})
-    assert err.value.param == "ctx_size"
-    with pytest.raises(BadRequest):
-        LoadOptions.from_body({"llamacpp_backend": "tpu"})
+    base = s.model_options().launch_key()
+    assert s.model_options({"evict_idle_timeout": 5}).launch_key() == base
+    assert s.model_options({"ctx_size": 1024}).launch_key() != base
 
 
 def test_llamacpp_argv(tmp_path: Path) -> None:
+    """Issue 9: the engine flags come from one declaration (`EngineFlags`); a client's
+    `llamacpp_args` override the settings' workers, parallel and threads."""
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     info = ModelInfo(name="M", checkpoint=str(gguf), labels=("embeddings",))
-    opts = LoadOptions(ctx_size=777, llamacpp_args="--seed 3 --x '{y}'").resolve(settings())
-    plan = plan_launch(info, opts, settings(threads=2), resolve_path)
+    opts = settings().model_options({"ctx_size": 777, "llamacpp_args": "--parallel 3"})
+    plan = plan_launch(info, opts, settings(threads=2, workers=1), resolve_path)
     argv = plan.argv(4242)
     assert argv[:3] == [sys.executable, "-m", "juggler.engine"]
     joined = " ".join(argv)
     assert f"--model-path {gguf} --model-name M --host 127.0.0.1 --port 4242" in joined
-    assert "--type embedding --ctx-size 777" in joined and "--threads 2" in joined
-    assert argv[-4:] == ["--seed", "3", "--x", "{y}"]
+    assert "--type embedding --ctx-size 777" in joined
+    assert "--workers 1 --parallel 3 --threads 2 --n-gpu-layers 0" in joined
     assert plan.device == Device.CPU and plan.reports_device
+    gpu = settings().model_options({"llamacpp_backend": "vulkan"})
+    gpu_argv = plan_launch(info, gpu, settings(threads=0), resolve_path).argv(1)
+    assert "--n-gpu-layers 999" in " ".join(gpu_argv)
+    assert "--threads" not in gpu_argv  # 0 (every core) is the engine's own default
+
+
+def test_unparseable_command_template_is_bad_request() -> None:
+    """Issue 9: "An unparseable `command` template in a `command` recipe (shlex ValueError,
+    e.g. an unclosed quote) must become a BadRequest naming `command`, not a 500." -- and
+    so is a placeholder the template cannot fill."""
+    for command in (f"{sys.executable} 'unclosed", f"{sys.executable} --port {{nope}}"):
+        info = ModelInfo(name="C", checkpoint="", recipe="command", command=command)
+        with pytest.raises(BadRequest) as err:
+            plan_launch(info, settings().model_options(), settings(), resolve_path)
+        assert err.value.param == "command" and err.value.status == 400
 
 
 def test_llamacpp_missing_file_is_checkpoint_missing(tmp_path: Path) -> None:
@@ -69,7 +72,7 @@ def test_llamacpp_missing_file_is_checkpoint_missing(tmp_path: Path) -> None:
     not found on disk." -- the missing file is found before anything is queued."""
     info = ModelInfo(name="M", checkpoint=str(tmp_path / "nope.gguf"))
     with pytest.raises(CheckpointMissing):
-        plan_launch(info, LoadOptions().resolve(settings()), settings(), resolve_path)
+        plan_launch(info, settings().model_options(), settings(), resolve_path)
 
 
 def test_command_recipe_fills_template_per_token(tmp_path: Path) -> None:
@@ -86,7 +89,7 @@ def test_command_recipe_fills_template_per_token(tmp_path: Path) -> None:
         command=f"{sys.executable} -m server -m {{model_path}} --port {{port}}",
         health_path="/v1/models",
     )
-    plan = plan_launch(info, LoadOptions().resolve(settings()), settings(), resolve_path)
+    plan = plan_launch(info, settings().model_options(), settings(), resolve_path)
     assert plan.argv(9) == [sys.executable, "-m", "server", "-m", str(weights), "--port", "9"]
     assert plan.device == Device.GPU | Device.NPU
     assert plan.npu_backend is NpuBackend.EXCLUSIVE
@@ -95,7 +98,7 @@ def test_command_recipe_fills_template_per_token(tmp_path: Path) -> None:
 
 def test_command_without_checkpoint_has_empty_model_path() -> None:
     info = ModelInfo(name="C", checkpoint="", recipe="command", command=f"{sys.executable} x")
-    plan = plan_launch(info, LoadOptions().resolve(settings()), settings(), resolve_path)
+    plan = plan_launch(info, settings().model_options(), settings(), resolve_path)
     assert plan.model_path == "" and plan.npu_backend is None and plan.device == Device.GPU
 
 
@@ -117,7 +120,7 @@ def test_vendor_recipe_not_installed(
     monkeypatch.setenv("PATH", str(tmp_path))
     info = ModelInfo(name="V", checkpoint=str(tmp_path), recipe=recipe)
     with pytest.raises(RecipeNotInstalled, match=exe):
-        plan_launch(info, LoadOptions().resolve(settings()), settings(), resolve_path)
+        plan_launch(info, settings().model_options(), settings(), resolve_path)
 
 
 def test_vendor_recipe_uses_executable_on_path(
@@ -129,7 +132,7 @@ def test_vendor_recipe_uses_executable_on_path(
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", str(tmp_path))
     info = ModelInfo(name="F", checkpoint="llama3.2:1b", recipe="flm")
-    plan = plan_launch(info, LoadOptions().resolve(settings()), settings(), resolve_path)
+    plan = plan_launch(info, settings().model_options(), settings(), resolve_path)
     assert plan.argv(5) == [str(exe), "serve", "llama3.2:1b", "--port", "5"]
     assert plan.device == Device.NPU and plan.npu_backend is NpuBackend.FLM
 
@@ -137,4 +140,4 @@ def test_vendor_recipe_uses_executable_on_path(
 def test_unknown_recipe_is_not_installed() -> None:
     info = ModelInfo(name="U", checkpoint="x", recipe="magic")
     with pytest.raises(RecipeNotInstalled, match="Unknown recipe"):
-        plan_launch(info, LoadOptions().resolve(settings()), settings(), resolve_path)
+        plan_launch(info, settings().model_options(), settings(), resolve_path)

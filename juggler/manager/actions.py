@@ -1,0 +1,206 @@
+"""What the owner task does to the table: hand out leases, take loads off the queue and
+start them, evict and stop servers, drop dead ones, unload idle ones.
+
+`Actions` runs in the owner task only (owner.py calls it from its message handlers), so
+it is part of the table's single writer; its slow parts (starting and stopping
+processes) run as helper tasks (tasks.py) that report back by message. The choices come
+from the pure policy (policy.py); this module carries them out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from juggler.errors import SlotsPinned
+from juggler.manager import messages as m
+from juggler.manager import tasks
+from juggler.manager.lease import Lease
+from juggler.manager.load_queue import LoadJob, LoadQueue
+from juggler.manager.policy import Decision, Verdict, decide, idle_victims
+from juggler.manager.snapshot import ServerState
+from juggler.manager.spawner import Spawner
+from juggler.manager.table import ServerTable
+from juggler.manager.wrapped import WrappedServer
+from juggler.types import MODEL_TYPE_ORDER
+
+log = logging.getLogger("juggler.manager")
+
+
+def settle(
+    future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None
+) -> bool:
+    """Resolve a caller's future unless the caller gave up; True when delivered."""
+    if future.done():
+        return False
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+    return True
+
+
+class Actions:
+    def __init__(
+        self,
+        table: ServerTable,
+        loads: LoadQueue,
+        spawner: Spawner,
+        load_timeout_s: float,
+        post: Callable[[m.Message], None],
+    ) -> None:
+        self.table = table
+        self.loads = loads
+        self.spawner = spawner
+        self.load_timeout_s = load_timeout_s
+        self.post = post
+        #: Per evicting server: done when its process is gone.
+        self.stopped: dict[int, asyncio.Future[None]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a helper task (kept until it ends; cancelled at shutdown)."""
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # -- leases --------------------------------------------------------------------------
+    def lease(self, server: WrappedServer, future: asyncio.Future[Any]) -> None:
+        """Count one request in flight and hand out its lease (atomic in this task)."""
+        lease = Lease(
+            server_id=server.server_id,
+            info=server.plan.info,
+            backend_url=server.backend_url,
+            pid=server.pid,
+            device=server.device,
+            on_release=lambda server_id: self.post(m.Release(server_id)),
+        )
+        if settle(future, lease):
+            server.in_flight += 1
+            self.table.touch(server)  # a request's start is a use (seed 000)
+
+    # -- loads ---------------------------------------------------------------------------
+    def pump(self, limits: tuple[int, ...]) -> None:
+        """Take loads off the queue while none runs; the decision for a load is made
+        here, when it leaves the queue (seed 000)."""
+        by_type = dict(zip(MODEL_TYPE_ORDER, limits, strict=True))
+        while (job := self.loads.head()) is not None:
+            decision = decide(
+                job.request(),
+                self.table.views(),
+                by_type,
+                self.table.views(ServerState.EVICTING),
+            )
+            if decision.verdict is Verdict.WAIT:
+                return  # decided again when a request finishes or an eviction ends
+            self.loads.pop_head()
+            if decision.verdict is Verdict.REFUSE:
+                self.fail(job, SlotsPinned(decision.reason))
+            elif decision.verdict is Verdict.NOOP:
+                self._noop(job)
+            else:
+                self._start_load(job, decision)
+
+    def fail(self, job: LoadJob, error: BaseException) -> None:
+        for future in job.acquirers:
+            settle(future, error=error)
+        for loader in job.loaders:
+            settle(loader, error=error)
+
+    def serve(self, job: LoadJob, server: WrappedServer) -> None:
+        """Answer a job's callers from a ready server: requests get leases, /load a
+        snapshot."""
+        for future in job.acquirers:
+            self.lease(server, future)
+        for loader in job.loaders:
+            settle(loader, server.snapshot())
+
+    def _noop(self, job: LoadJob) -> None:
+        server = self.table.ready(job.model_name)
+        assert server is not None
+        self.table.touch(server)
+        if job.is_explicit:
+            if job.pin is not None:
+                server.pinned = job.pin
+            server.options = job.plan.options
+        self.serve(job, server)
+
+    def _start_load(self, job: LoadJob, decision: Decision) -> None:
+        by_name = self.table.ready_by_name()
+        stopping = [self.evict(by_name[name]) for name in decision.victims]
+        server = self.table.add(job.plan, pinned=bool(job.pin))
+        self.loads.active = job
+        if decision.victims:
+            log.info("manager: evicting %s to load %s", ", ".join(decision.victims), job.model_name)
+        load = tasks.load(
+            self.spawner,
+            job,
+            server.server_id,
+            server.log_path,
+            stopping,
+            self.load_timeout_s,
+            self.post,
+        )
+        self.spawn(load)
+
+    # -- evictions -----------------------------------------------------------------------
+    def evict(self, server: WrappedServer) -> asyncio.Future[None]:
+        """Mark `server` evicting; its process stops once its requests are done. Returns a
+        future done when the process is gone."""
+        if server.state is not ServerState.EVICTING:
+            server.state = ServerState.EVICTING
+            self.stopped[server.server_id] = asyncio.get_running_loop().create_future()
+            if server.in_flight == 0:
+                self.stop(server)
+        return self.stopped[server.server_id]
+
+    def stop(self, server: WrappedServer) -> None:
+        """Start stopping an evicting server's process now (EvictDone follows)."""
+        if not server.is_stopping and server.process is not None:
+            server.is_stopping = True
+            self.spawn(tasks.stop(server.process, server.stop_grace_s, server.server_id, self.post))
+
+    def drop_dead(self, server: WrappedServer) -> None:
+        """A ready backend's process exited on its own: free its slot at once."""
+        code = server.process.returncode if server.process is not None else None
+        log.warning(
+            "manager: backend for %s (pid %s) exited with code %s; slot freed",
+            server.model_name,
+            server.pid,
+            code,
+        )
+        server.state = ServerState.DEAD
+        self.table.counters["backend_deaths"] += 1
+        self.table.remove(server.server_id)
+        if server.process is not None:
+            server.process.kill_now()  # what is left of its process group
+
+    def evict_idle(self) -> None:
+        """Seed 002's hard idle timeout for `auto_evict` servers, and the timer for the
+        next one (its Tick message makes the owner run this again)."""
+        victims, next_at = idle_victims(self.table.views(), time.time())
+        by_name = self.table.ready_by_name()
+        for name in victims:
+            log.info("manager: %s idle past its evict_idle_timeout; unloading", name)
+            self.table.counters["idle_evictions"] += 1
+            self.evict(by_name[name])
+        if next_at == self._timer_at:
+            return
+        self.cancel_timer()
+        self._timer_at = next_at
+        if next_at is not None:
+            delay = max(0.0, next_at - time.time()) + 0.01
+            self._timer = asyncio.get_running_loop().call_later(delay, self.post, m.Tick())
+
+    def on_timer(self) -> None:
+        self._timer = self._timer_at = None
+
+    def cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._timer_at = None

@@ -1,0 +1,198 @@
+"""The production Spawner: each backend is a child process in its own process group.
+
+A backend dies with the router (PR_SET_PDEATHSIG on Linux, so even a SIGKILLed router
+leaves no model holding memory), writes stdout and stderr to one log file per load, and
+counts as started when its health check answers 200 (polled with backoff). Stopping it
+is SIGTERM to the group, then SIGKILL after a grace period. Everything here runs in the
+owner's helper tasks; nothing here reads or writes the residency table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from juggler.errors import LoadFailed, RecipeNotInstalled
+from juggler.manager.recipes import LaunchPlan, require_file
+from juggler.manager.spawner import STOP_GRACE_S, BackendProcess
+from juggler.types import Device
+
+HOST = "127.0.0.1"
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _load_libc()  # loaded here: the forked child must only make the call
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: if the router dies (even by SIGKILL), the
+    kernel kills the backend, so no model is left holding memory."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def free_port(host: str = HOST) -> int:
+    """A port nobody listens on right now (bind to 0, read, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class ProcessHandle:
+    """One backend child process (a `BackendProcess`)."""
+
+    def __init__(
+        self, process: asyncio.subprocess.Process, port: int, health_path: str, log_path: Path
+    ) -> None:
+        self.process = process
+        self.port = port
+        self.url = f"http://{HOST}:{port}"
+        self.health_url = self.url + health_path
+        self.pid: int | None = process.pid
+        self.device = Device.NONE
+        self.load_duration_s = 0.0
+        self.log_path = log_path
+
+    @property
+    def is_alive(self) -> bool:
+        return self.process.returncode is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    async def wait_exit(self) -> int:
+        return await self.process.wait()
+
+    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM the process group, SIGKILL it after `grace_s`; returns once the
+        process is reaped."""
+        if self.process.returncode is None:
+            _signal_group(self.process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(self.process.wait()), grace_s)
+            except TimeoutError:
+                _signal_group(self.process.pid, signal.SIGKILL)
+                await self.process.wait()
+        self.kill_now()  # children of a `command` backend may outlive their leader
+
+    def kill_now(self) -> None:
+        _signal_group(self.process.pid, signal.SIGKILL)
+
+    def log_tail(self, max_chars: int = 2000) -> str:
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - max_chars))
+                return f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+
+class ProcessSpawner:
+    """Starts backends as child processes (the `Spawner` of production)."""
+
+    async def start(self, plan: LaunchPlan, log_path: Path, timeout_s: float) -> BackendProcess:
+        """Spawn the process in its own process group and wait until its health check
+        answers 200. Blocks (awaits) up to `timeout_s`. Raises CheckpointMissing /
+        RecipeNotInstalled (missing-file class) or LoadFailed (with the log's tail); on
+        any failure or cancellation the process group is killed first."""
+        started = time.monotonic()
+        require_file(plan)
+        port = free_port()
+        argv = plan.argv(port, HOST)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent if _LIBC is not None else None,
+                )
+            except (FileNotFoundError, PermissionError) as exc:
+                raise RecipeNotInstalled(f"Cannot start {argv[0]!r}: {exc}") from exc
+        handle = ProcessHandle(process, port, plan.health_path, log_path)
+        try:
+            body = await _wait_healthy(handle, plan.info.name, started + timeout_s)
+        except BaseException:
+            await handle.stop(grace_s=1.0)
+            raise
+        reported = _reported_device(body) if plan.reports_device else None
+        handle.device = reported or plan.device
+        handle.load_duration_s = time.monotonic() - started
+        return handle
+
+    async def probe(self, process: BackendProcess, timeout_s: float) -> bool:
+        try:
+            async with httpx.AsyncClient(trust_env=False, timeout=timeout_s) as client:
+                response = await client.get(process.health_url)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+
+async def _wait_healthy(handle: ProcessHandle, name: str, deadline: float) -> bytes:
+    """Poll the health URL with backoff until it answers 200 (returns the body); raises
+    LoadFailed when the process exits first or `deadline` (monotonic) passes."""
+    exited = asyncio.ensure_future(handle.process.wait())
+    timeout_s = deadline - time.monotonic()
+    delay = 0.02
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
+            while True:
+                if exited.done():
+                    raise LoadFailed(
+                        f"Backend for {name!r} exited with code {exited.result()} while "
+                        f"loading: {handle.log_tail() or '(no output)'}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    response = await client.get(handle.health_url)
+                    if response.status_code == 200:
+                        return response.content
+                if time.monotonic() >= deadline:
+                    raise LoadFailed(
+                        f"Backend for {name!r} did not become healthy within "
+                        f"{timeout_s:.0f}s: {handle.log_tail() or '(no output)'}"
+                    )
+                await asyncio.wait({exited}, timeout=delay)
+                delay = min(delay * 2, 0.25)
+    finally:
+        exited.cancel()
+
+
+def _reported_device(body: bytes) -> Device | None:
+    """The `device` a llamacpp backend reports on /health ("cpu", "gpu"), if any."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        reported = json.loads(body).get("device")
+        if isinstance(reported, str):
+            return Device.parse(reported) or None
+    return None
