@@ -97,7 +97,9 @@ class Actions:
                 self.table.views(ServerState.EVICTING),
             )
             if decision.verdict is Verdict.WAIT:
-                return  # decided again when a request finishes or an eviction ends
+                # Decided again when a request finishes or an eviction ends.
+                log.debug("manager: %s waits for %s", job.model_name, decision.waiting_for)
+                return
             self.loads.pop_head()
             if decision.verdict is Verdict.REFUSE:
                 self.fail(job, SlotsPinned(decision.reason))

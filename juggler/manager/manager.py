@@ -87,6 +87,7 @@ class Manager:
         if self._task is not None:
             return
         self._loop = asyncio.get_running_loop()
+        self._inbox = asyncio.Queue()  # bound to this loop
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="juggler-backends-"))
         owner = Owner(

@@ -169,9 +169,10 @@ class Owner:
     # -- helper-task messages ----------------------------------------------------------
     def on_load_done(self, msg: m.LoadDone) -> None:
         self.loads.active = None
-        server = self.table.get(msg.server_id)
         job = msg.job
-        if server is not None and msg.process is not None:
+        if msg.process is not None:
+            server = self.table.get(msg.server_id)
+            assert server is not None  # a loading server leaves the table only below
             server.process = msg.process
             server.device = msg.process.device
             server.state = ServerState.READY
@@ -183,7 +184,9 @@ class Owner:
             self.act.serve(job, server)
             return
         error = msg.error or LoadFailed(f"Loading {job.model_name!r} failed")
-        self.table.remove(msg.server_id)
+        failed = self.table.remove(msg.server_id)
+        if failed is not None:
+            failed.state = ServerState.FAILED
         self.table.counters["load_failures"] += 1
         others = len(self.table.in_state(ServerState.READY))
         if not retry_after_failure(error, has_retried=job.has_retried, num_others=others):

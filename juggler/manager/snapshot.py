@@ -7,7 +7,7 @@ Manager's read methods read only that (never the owner's live table).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from juggler.manager.policy import ServerView
@@ -96,7 +96,7 @@ class TableSnapshot:
     #: Loads queued or running.
     num_queued: int = 0
     #: Counters since start (loads, load_failures, evictions, ...), sorted by name.
-    counters: tuple[tuple[str, int], ...] = field(default=())
+    counters: tuple[tuple[str, int], ...] = ()
 
     def limits_by_type(self) -> dict[ModelType, int]:
         return dict(zip(MODEL_TYPE_ORDER, self.limits, strict=True))
