@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from juggler.engine.native import Model, init_backend
+    from juggler.engine.http.server import create_app
+    from juggler.engine.llama.native import Model, init_backend
     from juggler.engine.runtime import Engine, EngineConfig
-    from juggler.engine.server import create_app
     from juggler.errors import JugglerError
 
     init_backend(verbose=args.log_level == "debug")

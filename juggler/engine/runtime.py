@@ -15,16 +15,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from juggler.engine.chat import CHATML, ChatTemplate
-from juggler.engine.embed import EmbedWorker
-from juggler.engine.master import Master
-from juggler.engine.messages import Command, CommandKind
-from juggler.engine.native import Model, supports_gpu_offload
-from juggler.engine.prefix_cache import prefix_keys
-from juggler.engine.sampling import SamplingParams
-from juggler.engine.stream import StreamSink
-from juggler.engine.worker import Worker
-from juggler.engine.worker_types import WorkerConfig, WorkerSnapshot
+from juggler.engine.cache.prefix_cache import prefix_keys
+from juggler.engine.llama.chat import CHATML, ChatTemplate
+from juggler.engine.llama.native import Model, supports_gpu_offload
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.master import Master
+from juggler.engine.schedule.messages import Command, CommandKind
+from juggler.engine.schedule.stream import StreamSink
+from juggler.engine.worker.config import WorkerConfig, WorkerSnapshot
+from juggler.engine.worker.embed import EmbedWorker
+from juggler.engine.worker.worker import Worker
 from juggler.errors import BadRequest, ContextOverflow
 from juggler.types import ModelType
 

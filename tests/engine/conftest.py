@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from juggler.engine.stream import EventKind, StreamEvent, StreamSink
+from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from tests.engine.gguf_models import convert_minilm, minilm_dir
 
 #: One thread: the suite shares two cores with other work, and ggml's spinning thread

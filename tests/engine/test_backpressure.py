@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.runtime import Engine, EngineConfig
-from juggler.engine.sampling import SamplingParams
-from juggler.engine.stream import EventKind
+from juggler.engine.schedule.stream import EventKind
 from juggler.errors import ContextOverflow, Overloaded
 from tests.engine.conftest import read_all
 

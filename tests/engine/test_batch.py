@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from juggler.engine.batch import Chunk, SeqWork, schedule
+from juggler.engine.schedule.batch import Chunk, SeqWork, schedule
 
 
 def test_every_generating_session_gets_one_decode_row_with_logits() -> None:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from juggler.engine.chat import CHATML, GEMMA, ChatState, ChatTemplate
+from juggler.engine.llama.chat import CHATML, GEMMA, ChatState, ChatTemplate
 
 
 def tpl(source: str = CHATML) -> ChatTemplate:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from juggler.engine.embed import group_inputs, l2_normalize
+from juggler.engine.worker.embed import group_inputs, l2_normalize
 from tests.engine.conftest import Backend, start_backend
 
 SENTENCES = [

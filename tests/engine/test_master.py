@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from juggler.engine.master import Master, choose_worker
-from juggler.engine.messages import Command, CommandKind
-from juggler.engine.stream import RequestStats
+from juggler.engine.schedule.master import Master, choose_worker
+from juggler.engine.schedule.messages import Command, CommandKind
+from juggler.engine.schedule.stream import RequestStats
 from juggler.errors import SessionNotFound
 
 

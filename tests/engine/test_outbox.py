@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from juggler.engine.outbox import Outbox
+from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.runtime import Engine, EngineConfig
-from juggler.engine.sampling import SamplingParams
-from juggler.engine.stream import EventKind
-from juggler.engine.worker import Worker
+from juggler.engine.schedule.outbox import Outbox
+from juggler.engine.schedule.stream import EventKind
+from juggler.engine.worker.worker import Worker
 from tests.engine.conftest import read_all
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from juggler.engine.parking import Parked, ParkedStore
-from juggler.engine.prefix_cache import (
+from juggler.engine.cache.parking import Parked, ParkedStore
+from juggler.engine.cache.prefix_cache import (
     CachedSeq,
     Reuse,
     best_affinity,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from juggler.engine.sampling import StopMatcher, Utf8Assembler
+from juggler.engine.llama.sampling import StopMatcher, Utf8Assembler
 
 
 def feed_all(m: StopMatcher, pieces: list[str]) -> tuple[str, bool]:

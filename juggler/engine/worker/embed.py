@@ -18,11 +18,18 @@ import logging
 import math
 from collections.abc import Callable
 
-from juggler.engine.messages import Command, CommandKind
-from juggler.engine.native import POOLING_NONE, POOLING_RANK, Batch, Context, ContextParams, Model
-from juggler.engine.owner_thread import OwnerThread
-from juggler.engine.stream import RequestStats
-from juggler.engine.worker_types import WorkerConfig, WorkerSnapshot
+from juggler.engine.llama.native import (
+    POOLING_NONE,
+    POOLING_RANK,
+    Batch,
+    Context,
+    ContextParams,
+    Model,
+)
+from juggler.engine.schedule.messages import Command, CommandKind
+from juggler.engine.schedule.stream import RequestStats
+from juggler.engine.worker.config import WorkerConfig, WorkerSnapshot
+from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.errors import BadRequest, ContextOverflow, JugglerError
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from juggler.engine.sampling import SamplingParams
-from juggler.engine.stream import RequestStats, StreamSink
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.stream import RequestStats, StreamSink
 
 
 class CommandKind(enum.Enum):

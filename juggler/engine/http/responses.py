@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from juggler.engine.sampling import SamplingParams
-from juggler.engine.stream import RequestStats
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.stream import RequestStats
 from juggler.errors import BadRequest
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from juggler.engine.prefix_cache import MIN_USEFUL_REUSE, common_prefix_len
+from juggler.engine.cache.prefix_cache import MIN_USEFUL_REUSE, common_prefix_len
 
 
 @dataclass(eq=False)

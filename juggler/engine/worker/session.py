@@ -21,10 +21,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from juggler.engine.chat import ChatState
-from juggler.engine.native import Sampler
-from juggler.engine.sampling import SamplingParams, StopMatcher, Utf8Assembler
-from juggler.engine.stream import StreamSink
+from juggler.engine.llama.chat import ChatState
+from juggler.engine.llama.native import Sampler
+from juggler.engine.llama.sampling import SamplingParams, StopMatcher, Utf8Assembler
+from juggler.engine.schedule.stream import StreamSink
 
 
 class SessionState(enum.Enum):

@@ -12,10 +12,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from juggler.engine.native import Context
-from juggler.engine.parking import Parked, ParkedStore
-from juggler.engine.prefix_cache import MIN_USEFUL_REUSE
-from juggler.engine.session import Session, SessionState
+from juggler.engine.cache.parking import Parked, ParkedStore
+from juggler.engine.cache.prefix_cache import MIN_USEFUL_REUSE
+from juggler.engine.llama.native import Context
+from juggler.engine.worker.session import Session, SessionState
 
 log = logging.getLogger(__name__)
 

@@ -8,20 +8,20 @@ from __future__ import annotations
 import collections
 from typing import TYPE_CHECKING, Any
 
-from juggler.engine.chat import ChatState, ChatTemplate
-from juggler.engine.messages import Command, CommandKind
-from juggler.engine.native import Context, Model, Sampler
-from juggler.engine.outbox import Outbox
-from juggler.engine.prefix_cache import (
+from juggler.engine.cache.prefix_cache import (
     MIN_USEFUL_REUSE,
     CachedSeq,
     cache_budget,
     common_prefix_len,
     over_budget,
 )
-from juggler.engine.sampling import StopMatcher
-from juggler.engine.session import Generation, Session, SessionState
-from juggler.engine.stream import EventKind, RequestStats, StreamEvent
+from juggler.engine.llama.chat import ChatState, ChatTemplate
+from juggler.engine.llama.native import Context, Model, Sampler
+from juggler.engine.llama.sampling import StopMatcher
+from juggler.engine.schedule.messages import Command, CommandKind
+from juggler.engine.schedule.outbox import Outbox
+from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent
+from juggler.engine.worker.session import Generation, Session, SessionState
 from juggler.errors import (
     BadRequest,
     Conflict,

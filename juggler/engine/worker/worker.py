@@ -45,24 +45,24 @@ import queue
 import time
 from collections.abc import Callable
 
-from juggler.engine import batch as batching
-from juggler.engine.chat import ChatTemplate
-from juggler.engine.kv_upkeep import KvUpkeep
-from juggler.engine.messages import Command, CommandKind
-from juggler.engine.native import Batch, Context, ContextParams, Model
-from juggler.engine.owner_thread import OwnerThread
-from juggler.engine.parking import ParkedStore
-from juggler.engine.prefix_cache import (
+from juggler.engine.cache.parking import ParkedStore
+from juggler.engine.cache.prefix_cache import (
     HIT_WINDOW,
     CachedSeq,
     Reuse,
     choose_evictions,
     choose_reuse,
 )
-from juggler.engine.session import Session, SessionState
-from juggler.engine.session_ops import SessionOps
-from juggler.engine.stream import EventKind, StreamEvent
-from juggler.engine.worker_types import WorkerConfig, WorkerSnapshot
+from juggler.engine.llama.chat import ChatTemplate
+from juggler.engine.llama.native import Batch, Context, ContextParams, Model
+from juggler.engine.schedule import batch as batching
+from juggler.engine.schedule.messages import Command, CommandKind
+from juggler.engine.schedule.stream import EventKind, StreamEvent
+from juggler.engine.worker.config import WorkerConfig, WorkerSnapshot
+from juggler.engine.worker.kv import KvUpkeep
+from juggler.engine.worker.owner_thread import OwnerThread
+from juggler.engine.worker.session import Session, SessionState
+from juggler.engine.worker.session_api import SessionOps
 from juggler.errors import ContextOverflow, JugglerError
 
 log = logging.getLogger(__name__)

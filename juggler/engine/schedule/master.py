@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from juggler.engine.messages import Command, CommandKind
-from juggler.engine.prefix_cache import best_affinity
-from juggler.engine.stream import RequestStats
+from juggler.engine.cache.prefix_cache import best_affinity
+from juggler.engine.schedule.messages import Command, CommandKind
+from juggler.engine.schedule.stream import RequestStats
 from juggler.errors import SessionNotFound
 
 log = logging.getLogger(__name__)

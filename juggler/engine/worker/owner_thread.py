@@ -14,10 +14,10 @@ import queue
 import threading
 from collections.abc import Callable
 
-from juggler.engine.messages import Command, CommandKind
-from juggler.engine.native import Model
-from juggler.engine.outbox import Outbox
-from juggler.engine.worker_types import WorkerConfig, WorkerSnapshot
+from juggler.engine.llama.native import Model
+from juggler.engine.schedule.messages import Command, CommandKind
+from juggler.engine.schedule.outbox import Outbox
+from juggler.engine.worker.config import WorkerConfig, WorkerSnapshot
 
 
 class OwnerThread:

@@ -21,10 +21,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from juggler.engine import api_models as api
-from juggler.engine.metrics import render_metrics, stats_body
+from juggler.engine.http import responses as api
+from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.runtime import Engine
-from juggler.engine.stream import EventKind, RequestStats, StreamSink
+from juggler.engine.schedule.stream import EventKind, RequestStats, StreamSink
 from juggler.errors import BadRequest, JugglerError, error_body, render
 
 log = logging.getLogger(__name__)

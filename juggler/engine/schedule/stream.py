@@ -21,7 +21,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from juggler.engine.outbox import Outbox
+from juggler.engine.schedule.outbox import Outbox
 from juggler.errors import JugglerError
 
 
