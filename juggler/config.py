@@ -82,6 +82,20 @@ class Settings(BaseModel):
     admin_api_key: str | None = None
     #: Request bodies larger than this get 413.
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    #: Whether the `command` recipe (a model served by a command line) may run at all.
+    #: Only the config file or the environment can turn it on, never an HTTP request.
+    allow_command_recipes: bool = False
+    #: Directories (besides Juggler's own model cache) whose files clients may register
+    #: as checkpoints without the admin key (Lemonade's extra_models_dir).
+    model_dirs: tuple[str, ...] = ()
+    #: Browser origins allowed by CORS; empty: CORS is off.
+    cors_origins: tuple[str, ...] = ()
+    #: Requests that may wait in the router for their model to load; more get 429.
+    max_queued_requests: int = Field(256, ge=1, le=100000)
+    #: How long a request may wait for its model to load before it gets 429.
+    queue_timeout_s: float = Field(300.0, gt=0)
+    #: On SIGTERM, how long streams may go on before they are ended with an error event.
+    drain_timeout: float = Field(30.0, ge=0, le=3600)
     #: Slots per type, in MODEL_TYPE_ORDER; -1 = unlimited.
     max_loaded_models: tuple[int, ...] = (1, 1, 1, 1, 1)
     #: Engine shape for llamacpp backends.
@@ -106,6 +120,14 @@ class Settings(BaseModel):
     @classmethod
     def _max_loaded(cls, value: Any) -> tuple[int, ...]:
         return parse_max_loaded_models(value)
+
+    @field_validator("model_dirs", "cors_origins", mode="before")
+    @classmethod
+    def _string_list(cls, value: Any) -> Any:
+        """A list, or (from the environment or `config set`) one comma-separated string."""
+        if isinstance(value, str):
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        return value
 
     @field_validator("llamacpp_args")
     @classmethod
@@ -134,9 +156,6 @@ class Settings(BaseModel):
     def max_models_for(self, model_type: ModelType) -> int:
         """Slots for one type; -1 = unlimited."""
         return self.max_loaded_models[MODEL_TYPE_ORDER.index(model_type)]
-
-    def max_models_by_type(self) -> dict[str, int]:
-        return {t.value: self.max_models_for(t) for t in MODEL_TYPE_ORDER}
 
     def model_options(self, overrides: BaseModel | dict[str, Any] | None = None) -> ModelOptions:
         """This server's per-model defaults, with a /load body's values on top."""

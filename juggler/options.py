@@ -52,7 +52,7 @@ CTX_SIZE = Field(
     description="Context size: tokens one sequence may hold, and KV cells per engine worker.",
     json_schema_extra=_unit("tokens"),
 )
-LLAMACPP_BACKEND = Field(
+LLAMACPP_BACKEND: Any = Field(
     "cpu",
     description="llama.cpp backend: cpu runs on the CPU, anything else offloads every layer.",
 )
@@ -117,7 +117,7 @@ class ModelOptions(BaseModel):
 
 def _optional(info: FieldInfo) -> tuple[Any, Any]:
     """The all-optional form of a field: same type and bounds, default None."""
-    inner = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    inner: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
     return (inner | None, Field(None, description=info.description))
 
 
@@ -180,7 +180,11 @@ class EngineFlags(BaseModel):
         0, ge=0, le=100000, description="Layers offloaded to the GPU (0: CPU only)."
     )
     batch_size: int = Field(
-        512, ge=1, le=65536, description="Most tokens in one decode.", json_schema_extra=_unit("tokens")
+        512,
+        ge=1,
+        le=65536,
+        description="Most tokens in one decode.",
+        json_schema_extra=_unit("tokens"),
     )
     prefill_chunk: int = Field(
         256,

@@ -88,7 +88,11 @@ class SamplingBody(_Body):
 
     def token_limit(self) -> int | None:
         """max_completion_tokens (the newer name) wins over max_tokens."""
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return (
+            self.max_completion_tokens
+            if self.max_completion_tokens is not None
+            else self.max_tokens
+        )
 
 
 class ChatRequest(SamplingBody):

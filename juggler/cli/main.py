@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import sys
@@ -111,13 +112,25 @@ def serve(
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn stops accepting at SIGTERM/SIGINT and waits for open connections;
+        the app's drain ends streams still open after `drain_timeout`."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.drain.begin(asyncio.get_event_loop())
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level=level,
-        timeout_graceful_shutdown=5,
+        # Past the drain, streams have been ended: a few seconds more to send the end.
+        timeout_graceful_shutdown=int(settings.drain_timeout) + 5,
     )
+    DrainingServer(config).run()
 
 
 @config_app.command("set")

@@ -12,11 +12,11 @@ from fastapi import APIRouter, Request
 from juggler import __version__
 from juggler.config import parse_max_loaded_models
 from juggler.errors import BadRequest, CheckpointMissing
-from juggler.manager.options import LoadOptions
 from juggler.registry.checkpoint import HfRef, LocalRef, parse_checkpoint
 from juggler.registry.download import download
 from juggler.router.bodies import parse
 from juggler.router.deps import state_of
+from juggler.router.openapi import body_of
 from juggler.router.schemas import (
     DeleteRequest,
     LoadRequest,
@@ -24,10 +24,18 @@ from juggler.router.schemas import (
     PullRequest,
     SetRequest,
     UnloadRequest,
+    load_overrides,
 )
+from juggler.router.security import check_registration
 
 router = APIRouter()
 internal = APIRouter()
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request carried the admin key (AuthMiddleware decided it)."""
+    return bool(getattr(request.state, "is_admin", False))
+
 
 _EMPTY_STATS: dict[str, Any] = {
     "time_to_first_token": None,
@@ -67,26 +75,24 @@ async def stats(request: Request) -> dict[str, Any]:
     return {**data, "model": model}
 
 
-@router.post("/load")
+@router.post("/load", openapi_extra=body_of(LoadRequest))
 async def load(request: Request) -> dict[str, Any]:
     state = state_of(request)
+    body: Any
     body, _ = await parse(request, LoadRequest)
     if body.checkpoint and body.model_name.startswith("user."):
+        check_registration(
+            state.settings,
+            is_admin=is_admin(request),
+            recipe=body.recipe or "llamacpp",
+            checkpoint=body.checkpoint,
+            command=None,
+        )
         state.registry.add_user_model(
             body.model_name, checkpoint=body.checkpoint, recipe=body.recipe or "llamacpp"
         )
     state.registry.get(body.model_name)  # 404 model_not_found before anything queues
-    options = LoadOptions(
-        pinned=body.pinned,
-        ctx_size=body.ctx_size,
-        llamacpp_backend=body.llamacpp_backend,
-        llamacpp_args=body.llamacpp_args,
-        auto_evict=body.auto_evict,
-        downsize_idle_timeout=body.downsize_idle_timeout,
-        evict_idle_timeout=body.evict_idle_timeout,
-        evict_weight_factor=body.evict_weight_factor,
-    )
-    snapshot = await state.manager.load(body.model_name, options)
+    snapshot = await state.manager.load(body.model_name, load_overrides(body), pinned=body.pinned)
     return {
         "status": "success",
         "message": f"Loaded model: {body.model_name}",
@@ -94,7 +100,7 @@ async def load(request: Request) -> dict[str, Any]:
     }
 
 
-@router.post("/unload")
+@router.post("/unload", openapi_extra=body_of(UnloadRequest, required=False))
 async def unload(request: Request) -> dict[str, Any]:
     state = state_of(request)
     raw = await request.body()
@@ -107,12 +113,19 @@ async def unload(request: Request) -> dict[str, Any]:
     return {"status": "success", "message": message, "unloaded": names}
 
 
-@router.post("/pull")
+@router.post("/pull", openapi_extra=body_of(PullRequest))
 async def pull(request: Request) -> dict[str, Any]:
     """Register a user model (`user.NAME`). A local checkpoint must exist; a Hugging Face
     checkpoint is downloaded into the cache first."""
     state = state_of(request)
     body, _ = await parse(request, PullRequest)
+    check_registration(
+        state.settings,
+        is_admin=is_admin(request),
+        recipe=body.recipe,
+        checkpoint=body.checkpoint,
+        command=body.command,
+    )
     labels = list(body.labels)
     for flag in ("reasoning", "vision", "embedding", "reranking"):
         if getattr(body, flag) and flag not in labels:
@@ -138,7 +151,7 @@ async def pull(request: Request) -> dict[str, Any]:
     return {"status": "success", "message": f"Installed model: {info.name}"}
 
 
-@router.post("/delete")
+@router.post("/delete", openapi_extra=body_of(DeleteRequest))
 async def delete(request: Request) -> dict[str, Any]:
     state = state_of(request)
     body, _ = await parse(request, DeleteRequest)
@@ -149,14 +162,14 @@ async def delete(request: Request) -> dict[str, Any]:
     return {"status": "success", "message": f"Deleted model: {body.model_name}"}
 
 
-@internal.post("/internal/pin")
+@internal.post("/internal/pin", openapi_extra=body_of(PinRequest))
 async def pin(request: Request) -> dict[str, Any]:
     body, _ = await parse(request, PinRequest)
     snapshot = await state_of(request).manager.pin(body.model_name, body.pinned)
     return {"status": "success", "model_name": body.model_name, "pinned": snapshot.pinned}
 
 
-@internal.post("/internal/set")
+@internal.post("/internal/set", openapi_extra=body_of(SetRequest))
 async def set_config(request: Request) -> dict[str, Any]:
     body, _ = await parse(request, SetRequest)
     updated: dict[str, Any] = {}

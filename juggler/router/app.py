@@ -1,7 +1,9 @@
 """Build the router's FastAPI app: routes under /api/v1 and /v1, errors in OpenAI's shape.
 
 The app owns one Manager (residency), one Proxy (HTTP client to backends) and the session
-table; they live on `app.state.juggler` for the app's lifetime.
+table; they live on `app.state.juggler` for the app's lifetime. Every error, expected or
+not, leaves as JSON in OpenAI's shape with the request's id (`errors.render`); nothing
+answers in plain text.
 """
 
 from __future__ import annotations
@@ -16,14 +18,23 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 
+from juggler import __version__
 from juggler.config import Settings
-from juggler.errors import BadRequest, JugglerError, error_body, render
+from juggler.errors import BadRequest, JugglerError, NotFound, render
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
 from juggler.router import admin_routes, metrics_route, openai_routes, sessions
 from juggler.router.deps import RouterState
-from juggler.router.middleware import AuthMiddleware, BodyLimitMiddleware
+from juggler.router.drain import Drain
+from juggler.router.middleware import (
+    AuthMiddleware,
+    BodyLimitMiddleware,
+    RequestIdMiddleware,
+    request_id_of,
+)
+from juggler.router.openapi import document_request_bodies
 from juggler.router.proxy import ClientGone, Proxy
 
 log = logging.getLogger("juggler.router")
@@ -31,23 +42,42 @@ API_PREFIXES = ("/api/v1", "/v1")
 
 
 async def _load_default(manager: Manager, name: str) -> None:
-    from juggler.manager.options import LoadOptions
-
     try:
-        await manager.load(name, LoadOptions())
+        await manager.load(name)
         log.info("default model %s is loaded", name)
     except JugglerError as exc:
         log.error("could not load the default model %s: %s", name, exc.message)
 
 
+def error_response(request: Request, exc: JugglerError) -> JSONResponse:
+    """The one place a router error becomes a response."""
+    body = render(exc)
+    rid = request_id_of(request.scope)
+    if rid:
+        body["error"]["request_id"] = rid
+    headers = {}
+    retry_after = getattr(exc, "retry_after_s", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(retry_after)))
+    return JSONResponse(body, status_code=exc.status, headers=headers)
+
+
 def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
+    """The router app. `app.state.drain` is its graceful drain: whoever runs the app
+    calls `drain.begin(loop)` when asked to stop (see `juggler serve`)."""
     registry = registry or Registry()
+    drain = Drain(settings.drain_timeout)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         manager = Manager(settings, registry)
         await manager.start()
-        proxy = Proxy(manager)
+        proxy = Proxy(
+            manager,
+            drain,
+            max_waiting=settings.max_queued_requests,
+            queue_timeout_s=settings.queue_timeout_s,
+        )
         app.state.juggler = RouterState(settings, registry, manager, proxy)
         warmup = (
             asyncio.create_task(_load_default(manager, settings.model)) if settings.model else None
@@ -62,7 +92,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             await proxy.aclose()
             await manager.stop()
 
-    app = FastAPI(title="Juggler", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="Juggler", version=__version__, lifespan=lifespan)
+    app.state.drain = drain
     for prefix in API_PREFIXES:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
@@ -78,7 +109,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     async def on_juggler_error(request: Request, exc: JugglerError) -> JSONResponse:
         if exc.status >= 500:
             log.warning("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
-        return JSONResponse(render(exc), status_code=exc.status)
+        return error_response(request, exc)
 
     @app.exception_handler(ClientGone)
     async def on_client_gone(request: Request, exc: ClientGone) -> Response:
@@ -91,21 +122,32 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         err: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
         param = ".".join(str(p) for p in err.get("loc", ())[1:]) or None
-        return JSONResponse(render(BadRequest(str(err.get("msg", exc)), param=param)), 400)
+        return error_response(request, BadRequest(str(err.get("msg", exc)), param=param))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = "not_found" if exc.status_code == 404 else "http_error"
-        message = (
-            f"no route {request.method} {request.url.path}"
-            if exc.status_code == 404
-            else str(exc.detail)
-        )
-        body = error_body(message, type="invalid_request_error", code=code)
-        return JSONResponse(body, status_code=exc.status_code)
+        if exc.status_code == 404:
+            error: JugglerError = NotFound(f"no route {request.method} {request.url.path}")
+        elif exc.status_code == 405:
+            error = BadRequest(f"{request.method} is not allowed on {request.url.path}")
+            error.status, error.code = 405, "method_not_allowed"
+        else:
+            error = JugglerError(str(exc.detail))
+            error.status = exc.status_code
+        return error_response(request, error)
 
+    document_request_bodies(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         AuthMiddleware, api_key=settings.api_key, admin_api_key=settings.admin_api_key
     )
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID"],
+        )
+    app.add_middleware(RequestIdMiddleware)
     return app

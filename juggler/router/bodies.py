@@ -9,6 +9,7 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from juggler.errors import BadRequest
+from juggler.options import bad_request_from
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -30,13 +31,20 @@ def validate(model: type[M], data: dict[str, Any]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        param = ".".join(str(p) for p in err["loc"]) or None
-        where = f"{param}: " if param else ""
-        raise BadRequest(f"{where}{err['msg']}", param=param) from None
+        raise bad_request_from(exc) from None
 
 
 async def parse(request: Request, model: type[M]) -> tuple[M, dict[str, Any]]:
     """The validated model and the raw dict (forwarded as is, unknown fields included)."""
     data = await read_json(request)
     return validate(model, data), data
+
+
+async def parse_for_model(request: Request, model: type[M]) -> tuple[str, dict[str, Any]]:
+    """Validate an inference body that must name its model; returns the model name and
+    the raw dict to forward."""
+    body, data = await parse(request, model)
+    name = getattr(body, "model", None)
+    if not name:
+        raise BadRequest("model is required", param="model")
+    return str(name), data

@@ -1,4 +1,4 @@
-"""GET /metrics: gather every ready backend's figures and render them (juggler.metrics)."""
+"""GET /metrics: gather every ready backend's figures and render them (router/metrics.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import httpx
 from fastapi import APIRouter, Request, Response
 
 from juggler.manager.snapshot import ServerSnapshot, ServerState
-from juggler.metrics import BackendFigures, MetricsView, render
 from juggler.router.deps import state_of
+from juggler.router.metrics import CONTENT_TYPE, BackendFigures, MetricsView, exposition
 
 router = APIRouter()
 SCRAPE_TIMEOUT_S = 2.0
@@ -49,8 +49,8 @@ async def metrics(request: Request) -> Response:
     ready = [s for s in state.manager.snapshot() if s.status is ServerState.READY]
     figures = await asyncio.gather(*(_figures(state.proxy.client, s) for s in ready))
     view = MetricsView(
-        backends=list(figures),
+        backends=tuple(figures),
         router_waiting=state.proxy.num_waiting,
         counters=state.manager.stats(),
     )
-    return Response(render(view), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(exposition(view), media_type=CONTENT_TYPE)

@@ -1,45 +1,85 @@
-"""Pure ASGI middleware: API-key checks and the request-body size limit.
+"""Pure ASGI middleware: request ids, API-key checks and the request-body size limit.
 
-Both answer in OpenAI's error shape before any route runs. They hold no state beyond
+They answer in OpenAI's error shape before any route runs, and hold no state beyond
 their settings.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
+import logging
+import re
+import secrets
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from juggler.errors import JugglerError, PayloadTooLarge, Unauthorized, render
+from juggler.errors import Forbidden, JugglerError, PayloadTooLarge, Unauthorized, render
+from juggler.router.security import bearer, is_loopback, key_matches
 
+log = logging.getLogger("juggler.router")
 OPEN_PATHS = frozenset({"/live"})
+REQUEST_ID_HEADER = b"x-request-id"
+_SAFE_ID = re.compile(rb"^[A-Za-z0-9._\-]{1,64}$")
 
 
-async def send_error(send: Send, exc: JugglerError) -> None:
-    body = json.dumps(render(exc)).encode()
+def request_id_of(scope: Scope) -> str:
+    rid = scope.get("state", {}).get("request_id")
+    return str(rid) if rid else ""
+
+
+async def send_error(send: Send, exc: JugglerError, request_id: str = "") -> None:
+    body_obj = render(exc)
+    if request_id:
+        body_obj["error"]["request_id"] = request_id
+    body = json.dumps(body_obj).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if request_id:
+        headers.append((REQUEST_ID_HEADER, request_id.encode()))
     if isinstance(exc, Unauthorized):
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-def _bearer(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            text = value.decode("latin-1")
-            scheme, _, token = text.partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
-    return None
+class RequestIdMiddleware:
+    """Give every request an id (the client's `X-Request-ID` if it is sane, else a new
+    one), keep it in `scope["state"]` for error bodies and logs, and echo it back.
 
+    The outermost of our middleware, so it is also the last resort: an exception no
+    handler turned into a response becomes a JSON 500 with the id (never plain text)."""
 
-def _matches(token: str | None, key: str) -> bool:
-    return token is not None and hmac.compare_digest(token.encode(), key.encode())
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope.get("headers", []) if k == REQUEST_ID_HEADER), b"")
+        rid = given.decode() if _SAFE_ID.match(given) else "req-" + secrets.token_hex(8)
+        scope.setdefault("state", {})["request_id"] = rid
+
+        started = False
+
+        async def with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
+                message = {**message, "headers": [*headers, (REQUEST_ID_HEADER, rid.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, with_id)
+        except Exception as exc:
+            log.exception("%s %s [%s] failed", scope.get("method"), scope.get("path"), rid)
+            if not started:  # else the response is half sent: the connection just ends
+                await send_error(send, JugglerError(f"internal error: {type(exc).__name__}"), rid)
 
 
 class AuthMiddleware:
-    """`api_key` guards every route but /live; `admin_api_key` guards /internal/*."""
+    """`api_key` guards every route but /live (the admin key works there too);
+    /internal/* needs the admin key when one is set, else a loopback client."""
 
     def __init__(self, app: ASGIApp, *, api_key: str | None, admin_api_key: str | None) -> None:
         self.app = app
@@ -50,14 +90,27 @@ class AuthMiddleware:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        token = _bearer(scope)
-        if scope["path"].startswith("/internal/") and self.admin_api_key:
-            if not _matches(token, self.admin_api_key):
-                await send_error(send, Unauthorized("a valid admin API key is required"))
+        token = bearer(scope.get("headers", []))
+        is_admin = key_matches(token, self.admin_api_key)
+        scope.setdefault("state", {})["is_admin"] = is_admin
+        rid = request_id_of(scope)
+        if scope["path"].startswith("/internal/"):
+            if self.admin_api_key and not is_admin:
+                await send_error(send, Unauthorized("a valid admin API key is required"), rid)
                 return
-        elif self.api_key and not _matches(token, self.api_key):
+            client = scope.get("client")
+            if not self.admin_api_key and not is_loopback(client[0] if client else None):
+                await send_error(
+                    send,
+                    Forbidden(
+                        "/internal/* answers loopback clients only unless admin_api_key is set"
+                    ),
+                    rid,
+                )
+                return
+        elif self.api_key and not (is_admin or key_matches(token, self.api_key)):
             await send_error(
-                send, Unauthorized("a valid API key is required (Authorization: Bearer)")
+                send, Unauthorized("a valid API key is required (Authorization: Bearer)"), rid
             )
             return
         await self.app(scope, receive, send)
@@ -77,7 +130,7 @@ class BodyLimitMiddleware:
         too_large = PayloadTooLarge(f"request body is larger than {self.max_bytes} bytes")
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await send_error(send, too_large)
+                await send_error(send, too_large, request_id_of(scope))
                 return
         seen = 0
         started = False
@@ -101,7 +154,7 @@ class BodyLimitMiddleware:
             await self.app(scope, counting_receive, tracking_send)
         except _BodyTooLarge:
             if not started:
-                await send_error(send, too_large)
+                await send_error(send, too_large, request_id_of(scope))
 
 
 class _BodyTooLarge(Exception):

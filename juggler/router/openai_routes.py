@@ -7,10 +7,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from juggler.api.openai import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
 from juggler.registry.checkpoint import is_available
-from juggler.router.bodies import parse
+from juggler.router.bodies import parse_for_model
 from juggler.router.deps import state_of
-from juggler.router.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from juggler.router.openapi import body_of
 from juggler.types import ModelInfo
 
 router = APIRouter()
@@ -44,30 +45,30 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     return model_entry(state_of(request).registry.get(model_id))
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", openapi_extra=body_of(ChatRequest))
 async def chat_completions(request: Request) -> Response:
-    body, raw = await parse(request, ChatRequest)
+    model, raw = await parse_for_model(request, ChatRequest)
     return await state_of(request).proxy.forward(
-        body.model, "/v1/chat/completions", raw, client_request=request
+        model, "/v1/chat/completions", raw, client_request=request
     )
 
 
-@router.post("/completions")
+@router.post("/completions", openapi_extra=body_of(CompletionRequest))
 async def completions(request: Request) -> Response:
-    body, raw = await parse(request, CompletionRequest)
+    model, raw = await parse_for_model(request, CompletionRequest)
     return await state_of(request).proxy.forward(
-        body.model, "/v1/completions", raw, client_request=request
+        model, "/v1/completions", raw, client_request=request
     )
 
 
-@router.post("/embeddings")
+@router.post("/embeddings", openapi_extra=body_of(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
-    body, raw = await parse(request, EmbeddingRequest)
-    return await state_of(request).proxy.forward(body.model, "/v1/embeddings", raw)
+    model, raw = await parse_for_model(request, EmbeddingRequest)
+    return await state_of(request).proxy.forward(model, "/v1/embeddings", raw)
 
 
-@router.post("/rerank")
-@router.post("/reranking")
+@router.post("/rerank", openapi_extra=body_of(RerankRequest))
+@router.post("/reranking", openapi_extra=body_of(RerankRequest))
 async def rerank(request: Request) -> Response:
-    body, raw = await parse(request, RerankRequest)
-    return await state_of(request).proxy.forward(body.model, "/v1/rerank", raw)
+    model, raw = await parse_for_model(request, RerankRequest)
+    return await state_of(request).proxy.forward(model, "/v1/rerank", raw)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
@@ -18,9 +17,11 @@ import httpx
 from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 
-from juggler.errors import BackendDead, error_body
+from juggler.errors import BackendDead, Overloaded, TooManyRequests
 from juggler.manager.lease import Lease
 from juggler.manager.manager import Manager
+from juggler.router.drain import Drain
+from juggler.router.relay import Relay
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -29,23 +30,33 @@ T = TypeVar("T")
 DISCONNECT_POLL_S = 0.25
 #: Generation can take minutes; only connecting has a short deadline.
 TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
-_PASS_HEADERS = ("content-type", "cache-control")
+_PASS_HEADERS = ("content-type", "cache-control", "retry-after")
 
 
 class ClientGone(Exception):
     """The client disconnected before its answer was ready."""
 
 
-def sse_error(message: str, code: str = "backend_error") -> bytes:
-    body = error_body(message, type="server_error", code=code)
-    return f"data: {json.dumps(body)}\n\n".encode()
+SHUTTING_DOWN = "the server is shutting down"
 
 
 class Proxy:
     """Owns the HTTP client to backends and remembers which backend served last (stats)."""
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(
+        self,
+        manager: Manager,
+        drain: Drain | None = None,
+        *,
+        max_waiting: int = 256,
+        queue_timeout_s: float = 300.0,
+    ) -> None:
         self.manager = manager
+        self.max_waiting = max_waiting
+        self.queue_timeout_s = queue_timeout_s
+        self.drain = drain or Drain(0.0)
+        self.drain.on_expire(self._cut_all)
+        self._relays: set[Relay] = set()
         self.client = httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=None))
         #: (model_name, backend_url) of the most recent inference request.
         self.last_served: tuple[str, str] | None = None
@@ -54,6 +65,26 @@ class Proxy:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    async def acquire(self, model: str) -> Lease:
+        """A lease on a ready backend of `model` (auto-loading it), waiting at most
+        `queue_timeout_s`. With `max_waiting` requests already waiting for models, a new
+        one is refused at once with 429: no request waits without bound."""
+        if self.num_waiting >= self.max_waiting:
+            raise TooManyRequests(
+                f"{self.num_waiting} requests are already waiting for models to load; retry later",
+                retry_after_s=5,
+            )
+        self.num_waiting += 1
+        try:
+            return await asyncio.wait_for(self.manager.acquire(model), self.queue_timeout_s)
+        except TimeoutError:
+            raise TooManyRequests(
+                f"model {model!r} was not ready within {self.queue_timeout_s:.0f} s; retry later",
+                retry_after_s=10,
+            ) from None
+        finally:
+            self.num_waiting -= 1
 
     async def _send(self, lease: Lease, method: str, path: str, body: Any) -> httpx.Response:
         request = self.client.build_request(method, lease.backend_url + path, json=body)
@@ -71,11 +102,7 @@ class Proxy:
         its process is gone, and the request is tried once more on a fresh backend: no
         response was produced, and generating has no side effects."""
         for attempt in (1, 2):
-            self.num_waiting += 1
-            try:
-                lease = await self.manager.acquire(model)
-            finally:
-                self.num_waiting -= 1
+            lease = await self.acquire(model)
             try:
                 return lease, await self._send(lease, method, path, body)
             except asyncio.CancelledError:
@@ -149,6 +176,8 @@ class Proxy:
                     return task.result()
                 if await client_request.is_disconnected():
                     raise ClientGone
+                if self.drain.is_expired:
+                    raise Overloaded(SHUTTING_DOWN)
         finally:
             if not task.done():
                 task.cancel()
@@ -156,18 +185,24 @@ class Proxy:
                     await task
 
     async def _relay(self, lease: Lease, response: httpx.Response) -> AsyncIterator[bytes]:
-        """Yield backend bytes as they come. Closing this generator (client disconnect)
-        closes the backend response, which cancels the generation there."""
+        """Yield backend bytes as they come (see relay.Relay); the lease is released when
+        the stream ends, however it ends."""
+        relay = Relay(
+            response, lease.model_name, lambda: self.manager.report_backend_failure(lease)
+        )
+        self._relays.add(relay)
         try:
-            async for chunk in response.aiter_raw():
+            if self.drain.is_expired:
+                relay.cut(Overloaded(SHUTTING_DOWN))
+            async for chunk in relay.stream():
                 yield chunk
-        except httpx.TransportError as exc:
-            log.warning("backend %s failed mid-stream: %r", lease.backend_url, exc)
-            await self.manager.report_backend_failure(lease)
-            yield sse_error(f"backend for {lease.model_name!r} died mid-stream")
         finally:
-            await response.aclose()
+            self._relays.discard(relay)
             lease.release()
+
+    def _cut_all(self) -> None:
+        for relay in list(self._relays):
+            relay.cut(Overloaded(SHUTTING_DOWN))
 
     async def get_json(self, url: str) -> Any:
         response = await self.client.get(url, timeout=10.0)

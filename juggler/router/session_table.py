@@ -1,30 +1,33 @@
-"""Router session id -> the backend that holds the session (see router/sessions.py)."""
+"""Session id -> the backend server that holds the session (see router/sessions.py).
+
+The id is the backend's own session id (a random 128-bit hex string), so every answer
+the backend gives names the same id the client uses in its URLs. The entry records the
+manager's `server_id` of that backend, unique per load: a reloaded model is another
+server, and sessions of the old one are gone. Touched only on the event loop.
+"""
 
 from __future__ import annotations
 
-import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from juggler.errors import SessionNotFound
+from juggler.errors import Conflict, SessionNotFound
 
 
 @dataclass(frozen=True)
 class SessionEntry:
     model: str
-    pid: int | None
-    backend_id: str
+    server_id: int
 
 
 class SessionTable:
-    """Router session id -> where the session lives. Touched only on the event loop."""
-
     def __init__(self) -> None:
         self._entries: dict[str, SessionEntry] = {}
 
-    def add(self, entry: SessionEntry) -> str:
-        session_id = "s-" + secrets.token_hex(8)
+    def add(self, session_id: str, entry: SessionEntry) -> None:
+        if session_id in self._entries:
+            raise Conflict(f"session {session_id!r} already exists", param="session_id")
         self._entries[session_id] = entry
-        return session_id
 
     def get(self, session_id: str) -> SessionEntry:
         entry = self._entries.get(session_id)
@@ -34,6 +37,11 @@ class SessionTable:
 
     def drop(self, session_id: str) -> None:
         self._entries.pop(session_id, None)
+
+    def prune(self, live_servers: Collection[int]) -> None:
+        """Forget sessions whose backend is gone (their KV went with it)."""
+        for sid in [s for s, e in self._entries.items() if e.server_id not in live_servers]:
+            del self._entries[sid]
 
     def __len__(self) -> int:
         return len(self._entries)

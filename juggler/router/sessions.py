@@ -1,8 +1,10 @@
 """Session routes: a session lives on one backend for its whole life (seed 003).
 
-The router hands out its own session ids and remembers, for each, the model, the pid of
-the backend process that holds its KV, and the backend's own id. If that backend is gone
-(evicted, crashed, reloaded), the session is gone too: 404 `session_not_found`.
+"No session migration: a session is pinned to one worker for its lifetime." The router
+remembers which server (one load of one model) holds each session and leases exactly
+that server for the session's requests; it never loads a model for a session request.
+If that server is gone (evicted, crashed, reloaded) or being evicted, the session is
+gone too: 404 `session_not_found`.
 """
 
 from __future__ import annotations
@@ -11,40 +13,35 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from juggler.errors import BackendDead, SessionNotFound
+from juggler.api.openai import SessionCreate, SessionGenerate, SessionInput
+from juggler.errors import BackendDead, ModelNotLoaded, SessionNotFound
 from juggler.manager.lease import Lease
 from juggler.router.bodies import parse, read_json
-from juggler.router.deps import state_of
-from juggler.router.schemas import SessionCreate
+from juggler.router.deps import RouterState, state_of
+from juggler.router.openapi import body_of
 from juggler.router.session_table import SessionEntry
 
 router = APIRouter()
 
 
-async def _lease_for(request: Request, session_id: str) -> tuple[SessionEntry, Lease]:
-    """A lease on the backend that holds the session, without loading anything new."""
-    state = state_of(request)
+async def _lease_for(state: RouterState, session_id: str) -> tuple[SessionEntry, Lease]:
+    """A lease on the server that holds the session, without loading anything."""
     entry = state.sessions.get(session_id)
-    alive = any(
-        s.model_name == entry.model and s.pid == entry.pid for s in state.manager.snapshot()
-    )
-    if alive:
-        lease: Lease = await state.manager.acquire(entry.model)
-        if lease.pid == entry.pid:
-            return entry, lease
-        lease.release()
-    state.sessions.drop(session_id)
-    raise SessionNotFound(
-        f"session {session_id!r} ended: the backend of {entry.model!r} that held it is gone",
-        param="session_id",
-    )
+    try:
+        return entry, await state.manager.lease(entry.server_id)
+    except ModelNotLoaded:
+        state.sessions.drop(session_id)
+        raise SessionNotFound(
+            f"session {session_id!r} ended: the backend of {entry.model!r} that held it is gone",
+            param="session_id",
+        ) from None
 
 
-@router.post("/sessions")
-async def create_session(request: Request) -> dict[str, Any]:
+@router.post("/sessions", openapi_extra=body_of(SessionCreate))
+async def create_session(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, SessionCreate)
-    lease: Lease = await state.manager.acquire(body.model)
+    lease: Lease = await state.proxy.acquire(body.model)
     try:
         response = await state.proxy.client.post(lease.backend_url + "/v1/sessions", json={})
     except Exception as exc:
@@ -53,9 +50,12 @@ async def create_session(request: Request) -> dict[str, Any]:
     finally:
         lease.release()
     if response.status_code != 200:
-        return Response(response.content, status_code=response.status_code)  # type: ignore[return-value]
-    backend_id = str(response.json()["session_id"])
-    session_id = state.sessions.add(SessionEntry(body.model, lease.pid, backend_id))
+        return Response(
+            response.content, status_code=response.status_code, media_type="application/json"
+        )
+    session_id = str(response.json()["session_id"])
+    state.sessions.prune({s.server_id for s in state.manager.snapshot()})
+    state.sessions.add(session_id, SessionEntry(body.model, lease.server_id))
     return {"session_id": session_id, "model": body.model}
 
 
@@ -64,20 +64,20 @@ async def _forward(
 ) -> Response:
     state = state_of(request)
     body = await read_json(request) if method == "POST" and action != "cancel" else {}
-    entry, lease = await _lease_for(request, session_id)
-    path = f"/v1/sessions/{entry.backend_id}" + (f"/{action}" if action else "")
+    entry, lease = await _lease_for(state, session_id)
+    path = f"/v1/sessions/{session_id}" + (f"/{action}" if action else "")
     response = await state.proxy.forward(entry.model, path, body, method=method, lease=lease)
-    if method == "DELETE" and response.status_code < 300:
+    if response.status_code == 404 or (method == "DELETE" and response.status_code < 300):
         state.sessions.drop(session_id)
     return response
 
 
-@router.post("/sessions/{session_id}/input")
+@router.post("/sessions/{session_id}/input", openapi_extra=body_of(SessionInput))
 async def session_input(session_id: str, request: Request) -> Response:
     return await _forward(request, session_id, "input")
 
 
-@router.post("/sessions/{session_id}/generate")
+@router.post("/sessions/{session_id}/generate", openapi_extra=body_of(SessionGenerate))
 async def session_generate(session_id: str, request: Request) -> Response:
     return await _forward(request, session_id, "generate")
 

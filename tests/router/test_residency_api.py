@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -195,10 +194,11 @@ def test_bad_load_bodies_are_400(server: RunningServer) -> None:
         assert c.post("/api/v1/load", json={"model_name": "nope"}).status_code == 404
 
 
-def test_missing_file_is_404_and_evicts_nothing(server: RunningServer, tmp_path: Path) -> None:
+def test_missing_file_is_404_and_evicts_nothing(server: RunningServer) -> None:
     """Seed 000: "Do not evict models if the WrappedServer failed to load because a file
     was not found on disk." """
-    gone = tmp_path / "gone.gguf"
+    gone = server.home / "models" / "gone.gguf"  # inside a model directory: no admin key
+    gone.parent.mkdir(parents=True, exist_ok=True)
     gone.write_bytes(b"GGUF")
     with server.client() as c:
         r = c.post("/api/v1/pull", json={"model_name": "user.gone", "checkpoint": str(gone)})

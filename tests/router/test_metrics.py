@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from juggler.metrics import BackendFigures, MetricsView, render
+from juggler.router.metrics import BackendFigures, MetricsView, exposition
 
 
 def families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -18,14 +18,14 @@ def test_server_wide_series_sum_backends_and_router_waits() -> None:
     """Seed 004: TotalQueuedRequests `vllm:num_requests_waiting`; KVCacheUtilization
     (seeds README: `vllm:kv_cache_usage_perc` as a 0..1 fraction), one series per family."""
     view = MetricsView(
-        backends=[
+        backends=(
             BackendFigures("a", "llm", "cpu", running=3, waiting=1, kv_used=100, kv_total=400),
             BackendFigures("b", "llm", "cpu", running=1, waiting=2, kv_used=300, kv_total=400),
-        ],
+        ),
         router_waiting=4,
         counters={"loads": 2, "queued": 1},
     )
-    got = families(render(view))
+    got = families(exposition(view).decode())
     assert got["vllm:num_requests_waiting"] == [({}, 7.0)]
     assert got["vllm:num_requests_running"] == [({}, 4.0)]
     assert got["vllm:kv_cache_usage_perc"] == [({}, 0.5)]
@@ -36,6 +36,6 @@ def test_server_wide_series_sum_backends_and_router_waits() -> None:
 
 
 def test_no_backends_is_all_zero_and_still_parses() -> None:
-    got = families(render(MetricsView()))
+    got = families(exposition(MetricsView()).decode())
     assert got["vllm:num_requests_waiting"] == [({}, 0.0)]
     assert got["vllm:kv_cache_usage_perc"] == [({}, 0.0)]

@@ -1,0 +1,77 @@
+"""Relay one backend SSE stream to one client, and cut it cleanly when asked.
+
+A reader task copies the backend's chunks into a small bounded queue; the response
+generator yields them. The bound keeps backpressure intact: a client that stops reading
+stops the reader, the backend's own stream queue fills, and the engine ends that
+generation (seed 003: "Do not block the inference loop waiting on a slow consumer").
+`cut(error)` (the graceful drain's deadline) ends the stream with an error event at
+once, even while it waits for a chunk: no stream is ever cut without a word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+
+from juggler.api import sse
+from juggler.errors import BackendDead, JugglerError
+
+#: Chunks buffered between the backend and a client.
+QUEUE_CHUNKS = 64
+_END = b""
+
+
+class Relay:
+    def __init__(
+        self,
+        response: httpx.Response,
+        model: str,
+        on_backend_failure: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.response = response
+        self.model = model
+        self._on_backend_failure = on_backend_failure
+        self._chunks: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_CHUNKS)
+        self._failure: BaseException | None = None
+        self._cut: JugglerError | None = None
+
+    def cut(self, error: JugglerError) -> None:
+        """End the stream with `error` as its last event (event loop only)."""
+        if self._cut is None:
+            self._cut = error
+            if self._chunks.empty():
+                self._chunks.put_nowait(_END)  # wake the generator if it waits
+
+    async def _pump(self) -> None:
+        try:
+            async for chunk in self.response.aiter_raw():
+                if chunk:
+                    await self._chunks.put(chunk)
+        except httpx.TransportError as exc:
+            self._failure = exc
+        await self._chunks.put(_END)
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The client's body. Closing it (client gone) closes the backend response, which
+        cancels the generation there."""
+        reader = asyncio.create_task(self._pump())
+        try:
+            while True:
+                chunk = await self._chunks.get()
+                if self._cut is not None:
+                    yield sse.error(self._cut)
+                    return
+                if not chunk:  # _END: the backend finished or failed
+                    break
+                yield chunk
+            if self._failure is not None:
+                await self._on_backend_failure()
+                yield sse.error(BackendDead(f"backend for {self.model!r} died mid-stream"))
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            await self.response.aclose()

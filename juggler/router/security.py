@@ -1,0 +1,97 @@
+"""The security boundary: who may change config, run commands or register files.
+
+Juggler's model (README "Security"):
+- The server binds 127.0.0.1 unless the admin sets `host`.
+- `api_key`, when set, is required on every route but `/live`; the admin key is accepted
+  wherever the API key is.
+- `/internal/*` (pin, runtime settings, config) needs the admin key when one is set;
+  without one it answers loopback clients only, so a server opened to the network with
+  `host=0.0.0.0` and no admin key never lets a remote client change its settings.
+- Registering a model over HTTP that names a command, or a local file outside the model
+  directories (Juggler's model cache and the admin's `model_dirs`), needs the admin key,
+  and a command needs `allow_command_recipes` in the config file as well (no HTTP request
+  can turn that on). Hugging Face references are always fine: they only download into
+  the cache.
+- Keys are compared in constant time (`hmac.compare_digest`).
+
+Everything here is a pure function of the request's headers and the settings.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from pathlib import Path
+
+from juggler.config import Settings
+from juggler.errors import BadRequest, Forbidden
+from juggler.registry.checkpoint import HfRef, LocalRef, PackageRef, cache_dir, parse_checkpoint
+
+
+def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def key_matches(token: str | None, key: str | None) -> bool:
+    """Constant-time comparison; False when either side is missing."""
+    if token is None or not key:
+        return False
+    return hmac.compare_digest(token.encode(), key.encode())
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def model_dirs(settings: Settings) -> list[Path]:
+    """Where clients may point checkpoints without the admin key."""
+    return [cache_dir().resolve(), *(Path(d).expanduser().resolve() for d in settings.model_dirs)]
+
+
+def inside_model_dirs(path: Path, settings: Settings) -> bool:
+    real = path.expanduser().resolve()
+    return any(real.is_relative_to(d) for d in model_dirs(settings))
+
+
+def check_registration(
+    settings: Settings, *, is_admin: bool, recipe: str, checkpoint: str, command: str | None
+) -> None:
+    """Raise Forbidden unless a client may register this model over HTTP."""
+    if recipe == "command" or command:
+        if not settings.allow_command_recipes:
+            raise Forbidden(
+                "command recipes are disabled; the admin can enable them with "
+                "allow_command_recipes in the config file",
+                param="recipe",
+            )
+        if not is_admin:
+            raise Forbidden("registering a command needs the admin API key", param="command")
+    if not checkpoint:
+        return
+    try:
+        ref = parse_checkpoint(checkpoint)
+    except ValueError as exc:
+        raise BadRequest(str(exc), param="checkpoint") from None
+    if isinstance(ref, HfRef) or is_admin:
+        return
+    if isinstance(ref, LocalRef) and inside_model_dirs(ref.path, settings):
+        return
+    where = (
+        "an installed package"
+        if isinstance(ref, PackageRef)
+        else "a file outside the model directories"
+    )
+    raise Forbidden(
+        f"registering {where} needs the admin API key (model directories: "
+        f"{', '.join(str(d) for d in model_dirs(settings))})",
+        param="checkpoint",
+    )
