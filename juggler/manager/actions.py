@@ -96,6 +96,11 @@ class Actions:
                 by_type,
                 self.table.views(ServerState.EVICTING),
             )
+            if job.is_restart and decision.victims:
+                # A restart never evicts: its slot was taken meanwhile, the newer choice wins.
+                log.info("manager: not restarting %s: its slot is taken", job.model_name)
+                self.loads.pop_head()
+                continue
             if decision.verdict is Verdict.WAIT:
                 # Decided again when a request finishes or an eviction ends.
                 log.debug("manager: %s waits for %s", job.model_name, decision.waiting_for)

@@ -28,6 +28,12 @@ class LoadJob:
     loaders: list[asyncio.Future[ServerSnapshot]] = field(default_factory=list)
     has_retried: bool = False
     evict_all: bool = False
+    #: The watchdog's restart of a backend that died (its attempt number), or None.
+    restart_attempt: int | None = None
+
+    @property
+    def is_restart(self) -> bool:
+        return self.restart_attempt is not None
 
     @property
     def model_name(self) -> str:

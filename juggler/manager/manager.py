@@ -211,9 +211,21 @@ class Manager:
         published = self._published
         return all_slots_pinned(model_type, published.views, published.limits_by_type())
 
+    def restarts(self) -> dict[str, Any]:
+        """The watchdog's view (health): pending restarts and the models it gave up on."""
+        published = self._published
+        return {
+            "restarting": [
+                {"model_name": name, "attempt": attempt + 1, "due_at": due_at}
+                for name, attempt, due_at in published.restarting
+            ],
+            "gave_up": list(published.gave_up),
+        }
+
     def stats(self) -> dict[str, int]:
         """Counters since start: loads, load_failures, evictions, backend_deaths,
-        idle_evictions (each once it happened), and queued (loads queued or running)."""
+        backend_restarts, restart_give_ups, idle_evictions (each once it happened), and
+        queued (loads queued or running)."""
         if self._task is None:
             return {}
         return {**dict(self._published.counters), "queued": self._published.num_queued}

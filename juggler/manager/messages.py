@@ -34,6 +34,7 @@ class MsgKind(enum.Enum):
     EXITED = "exited"  # watcher task: a ready backend's process exited
     PROBE_FAILED = "probe_failed"  # probe task: the backend does not answer
     TICK = "tick"  # idle timer: an auto_evict server may have reached its idle timeout
+    RESTART_DUE = "restart_due"  # watchdog timer: restart a model whose backend died
     STOP = "stop"  # Manager.stop
 
 
@@ -135,6 +136,12 @@ class Tick:
 
 
 @dataclass(eq=False)
+class RestartDue:
+    kind: ClassVar[MsgKind] = MsgKind.RESTART_DUE
+    name: str
+
+
+@dataclass(eq=False)
 class Stop:
     kind: ClassVar[MsgKind] = MsgKind.STOP
     future: asyncio.Future[None]
@@ -154,5 +161,6 @@ Message = (
     | Exited
     | ProbeFailed
     | Tick
+    | RestartDue
     | Stop
 )

@@ -25,6 +25,8 @@ from juggler.manager.policy import retry_after_failure
 from juggler.manager.snapshot import ServerState, TableSnapshot
 from juggler.manager.spawner import Spawner
 from juggler.manager.table import ServerTable
+from juggler.manager.watchdog import Watchdog
+from juggler.manager.wrapped import WrappedServer
 
 log = logging.getLogger("juggler.manager")
 
@@ -50,6 +52,7 @@ class Owner:
         self.publish = publish
         self.loads = LoadQueue()
         self.act = Actions(table, self.loads, spawner, load_timeout_s, post)
+        self.watchdog = Watchdog(post, table.counters)
         self._handlers: dict[m.MsgKind, Callable[[Any], None]] = {
             m.MsgKind.ACQUIRE: self.on_acquire,
             m.MsgKind.LEASE: self.on_lease,
@@ -64,6 +67,7 @@ class Owner:
             m.MsgKind.EXITED: self.on_exited,
             m.MsgKind.PROBE_FAILED: self.on_probe_failed,
             m.MsgKind.TICK: self.on_tick,
+            m.MsgKind.RESTART_DUE: self.on_restart_due,
         }
 
     async def run(self) -> None:
@@ -90,7 +94,7 @@ class Owner:
             self._publish()  # 4.
 
     def _publish(self) -> None:
-        self.publish(self.table.snapshot(self.limits, len(self.loads)))
+        self.publish(self.table.snapshot(self.limits, len(self.loads), self.watchdog))
 
     # -- caller messages ---------------------------------------------------------------
     def on_acquire(self, msg: m.Acquire) -> None:
@@ -107,7 +111,7 @@ class Owner:
     def on_lease(self, msg: m.LeaseServer) -> None:
         server = self.table.get(msg.server_id)
         if server is not None and server.state is ServerState.READY and not server.is_alive:
-            self.act.drop_dead(server)
+            self._on_dead(server)
         if server is None or server.state is not ServerState.READY:
             name = server.model_name if server else f"server {msg.server_id} is gone"
             settle(msg.future, error=ModelNotLoaded(f"Model not loaded: {name}"))
@@ -115,6 +119,7 @@ class Owner:
         self.act.lease(server, msg.future)
 
     def on_load(self, msg: m.Load) -> None:
+        self.watchdog.cancel(msg.plan.info.name)  # the user's load replaces a restart
         self.loads.add_loader(msg.plan, msg.pin, msg.future)
 
     def on_unload(self, msg: m.Unload) -> None:
@@ -123,7 +128,10 @@ class Owner:
             for s in self.table.in_state(ServerState.READY)
             if msg.name is None or s.model_name == msg.name
         ]
-        if msg.name is not None and not targets:
+        pending = [n for n in self.watchdog.pending if msg.name in (None, n)]
+        for name in pending:
+            self.watchdog.cancel(name)  # unloading a model also means "do not restart it"
+        if msg.name is not None and not targets and not pending:
             settle(msg.future, error=ModelNotLoaded(f"Model not loaded: {msg.name}"))
             return
         settle(msg.future, [(s.model_name, self.act.evict(s)) for s in targets])
@@ -159,12 +167,33 @@ class Owner:
                 )
                 self.act.spawn(probe)
                 return  # the probe task, or on_probe_failed, settles the future
-            self.act.drop_dead(server)
+            self._on_dead(server)
         if msg.future is not None:
             settle(msg.future)
 
     def on_tick(self, msg: m.Tick) -> None:
         self.act.on_timer()  # step 3 runs next and evicts
+
+    def on_restart_due(self, msg: m.RestartDue) -> None:
+        restart = self.watchdog.take(msg.name)
+        if restart is None or self.table.ready(msg.name) or self.loads.find(msg.name):
+            return  # cancelled, or the model is back some other way
+        log.info("manager: restarting %s (attempt %d)", msg.name, restart.attempt + 1)
+        job = LoadJob(
+            restart.plan, is_explicit=True, pin=restart.pinned, restart_attempt=restart.attempt
+        )
+        self.loads.append(job)
+
+    # -- the watchdog ------------------------------------------------------------------
+    def _on_dead(self, server: WrappedServer) -> None:
+        """A ready backend died on its own: free its slot now, restart it later."""
+        self.act.drop_dead(server)
+        self._restart_later(server)
+
+    def _restart_later(self, server: WrappedServer) -> None:
+        now = self.table.clock()
+        up_s = now - server.ready_at if server.ready_at is not None else None
+        self.watchdog.on_death(server.plan, server.pinned, now, up_s)
 
     # -- helper-task messages ----------------------------------------------------------
     def on_load_done(self, msg: m.LoadDone) -> None:
@@ -177,6 +206,9 @@ class Owner:
             server.device = msg.process.device
             server.state = ServerState.READY
             self.table.touch(server)  # a load's completion is a use (seed 000)
+            server.ready_at = server.last_use
+            if job.is_restart:
+                self.table.counters["backend_restarts"] += 1
             if job.pin is not None:
                 server.pinned = job.pin
             self.table.counters["loads"] += 1
@@ -188,6 +220,11 @@ class Owner:
         if failed is not None:
             failed.state = ServerState.FAILED
         self.table.counters["load_failures"] += 1
+        if job.is_restart:  # a failed restart is the watchdog's next attempt, not evict-all
+            log.warning("manager: restart of %s failed: %s", job.model_name, error)
+            self.act.fail(job, error)
+            self.watchdog.on_death(job.plan, bool(job.pin), self.table.clock(), None)
+            return
         others = len(self.table.in_state(ServerState.READY))
         if not retry_after_failure(error, has_retried=job.has_retried, num_others=others):
             log.warning("manager: load of %s failed: %s", job.model_name, error)
@@ -206,6 +243,8 @@ class Owner:
         if server is not None:
             server.state = ServerState.STOPPED
             self.table.counters["evictions"] += 1
+            if server.is_hung:  # stopped because it stopped answering: bring it back
+                self._restart_later(server)
         stopped = self.act.stopped.pop(msg.server_id, None)
         if stopped is not None:
             settle(stopped)
@@ -213,7 +252,7 @@ class Owner:
     def on_exited(self, msg: m.Exited) -> None:
         server = self.table.get(msg.server_id)
         if server is not None and server.state is ServerState.READY:
-            self.act.drop_dead(server)
+            self._on_dead(server)
         # else: an eviction or a load is handling this process
 
     def on_probe_failed(self, msg: m.ProbeFailed) -> None:
@@ -221,6 +260,7 @@ class Owner:
         if server is not None and server.state is ServerState.READY:
             log.warning("manager: backend for %s does not answer; stopping it", server.model_name)
             server.stop_grace_s = 0.5
+            server.is_hung = True
             self.act.evict(server)
             self.act.stop(server)  # now: its requests in flight have failed already
         if msg.future is not None:
@@ -231,6 +271,7 @@ class Owner:
         """Fail every load and every caller still waiting, end the helper tasks, stop
         every backend process (SIGTERM, then SIGKILL); then answer Stop."""
         self.act.cancel_timer()
+        self.watchdog.close()
         error = LoadFailed("The server is shutting down")
         for job in self.loads.drain():
             self.act.fail(job, error)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from juggler.config import Settings
-from juggler.errors import BadRequest, CheckpointMissing, RecipeNotInstalled
+from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotInstalled
 from juggler.options import EngineFlags, ModelOptions, parse_llamacpp_args
 from juggler.types import Device, ModelInfo, ModelType
 
@@ -243,6 +243,12 @@ def plan_launch(
     BadRequest for a `command` template that cannot be parsed."""
     recipe = recipe_for(info.recipe)
     if recipe.name == "command":
+        if not settings.allow_command_recipes:
+            raise Forbidden(
+                f"model {info.name!r} uses the command recipe, which is disabled; the admin "
+                "can enable it with allow_command_recipes in the config file",
+                param="model",
+            )
         if not info.command:
             raise RecipeNotInstalled(
                 f"model {info.name!r} uses recipe 'command' but has no command"

@@ -97,6 +97,10 @@ class TableSnapshot:
     num_queued: int = 0
     #: Counters since start (loads, load_failures, evictions, ...), sorted by name.
     counters: tuple[tuple[str, int], ...] = ()
+    #: The watchdog's pending restarts: (model name, attempt, due at on the last_use clock).
+    restarting: tuple[tuple[str, int, float], ...] = ()
+    #: Models whose backend kept dying: the watchdog gave up on them.
+    gave_up: tuple[str, ...] = ()
 
     def limits_by_type(self) -> dict[ModelType, int]:
         return dict(zip(MODEL_TYPE_ORDER, self.limits, strict=True))

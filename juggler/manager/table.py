@@ -15,6 +15,7 @@ from pathlib import Path
 from juggler.manager.policy import ServerView
 from juggler.manager.recipes import LaunchPlan
 from juggler.manager.snapshot import ServerState, TableSnapshot
+from juggler.manager.watchdog import Watchdog
 from juggler.manager.wrapped import WrappedServer
 
 
@@ -54,6 +55,10 @@ class ServerTable:
         """Refresh `server`'s last use (a load or a request starts or completes)."""
         server.last_use = self._now()
 
+    def clock(self) -> float:
+        """Now on the `last_use` clock (wall time), without advancing the LRU stamp."""
+        return time.time()
+
     def _now(self) -> float:
         # Strictly increasing, so LRU order is exact even within one clock tick.
         self._stamp = max(time.time(), self._stamp + 1e-6)
@@ -73,7 +78,9 @@ class ServerTable:
         """The servers in `state` as the policy sees them."""
         return [s.view() for s in self.in_state(state)]
 
-    def snapshot(self, limits: tuple[int, ...], num_queued: int) -> TableSnapshot:
+    def snapshot(
+        self, limits: tuple[int, ...], num_queued: int, watchdog: Watchdog
+    ) -> TableSnapshot:
         ready = self.in_state(ServerState.READY)
         # Ids grow with each load and loads are serialized: the highest is the newest.
         newest = max(ready, key=lambda s: s.server_id) if ready else None
@@ -84,4 +91,8 @@ class ServerTable:
             views=tuple(s.view() for s in ready),
             num_queued=num_queued,
             counters=tuple(sorted(self.counters.items())),
+            restarting=tuple(
+                (r.model_name, r.attempt, r.due_at) for r in watchdog.pending.values()
+            ),
+            gave_up=tuple(sorted(watchdog.gave_up)),
         )

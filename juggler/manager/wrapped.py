@@ -39,6 +39,10 @@ class WrappedServer:
         self.stop_grace_s = STOP_GRACE_S
         #: Set once the owner started the task that stops this process.
         self.is_stopping = False
+        #: When it became ready (`last_use` clock); None while it loads.
+        self.ready_at: float | None = None
+        #: Stopped because it stopped answering: the watchdog restarts it once it is gone.
+        self.is_hung = False
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name)
         self.log_path = log_dir / f"{safe}-{server_id}.log"
 

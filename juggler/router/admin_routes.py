@@ -58,6 +58,7 @@ async def health(request: Request) -> dict[str, Any]:
         "checkpoint_loaded": recent.checkpoint if recent else None,
         "all_models_loaded": [s.to_health() for s in manager.snapshot()],
         "max_models": manager.max_models(),
+        "watchdog": manager.restarts(),
     }
 
 

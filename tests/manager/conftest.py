@@ -103,7 +103,14 @@ def stub(
 
 
 def settings(**values: Any) -> Settings:
-    base: dict[str, Any] = {"ctx_size": 512, "parallel": 1, "threads": 1, "load_timeout_s": 60}
+    # The stubs are `command` models: the admin allows them in these tests.
+    base: dict[str, Any] = {
+        "ctx_size": 512,
+        "parallel": 1,
+        "threads": 1,
+        "load_timeout_s": 60,
+        "allow_command_recipes": True,
+    }
     base.update(values)
     return Settings(**base)
 

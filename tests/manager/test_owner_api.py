@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from juggler.errors import BadRequest, ModelNotLoaded, NotImplementedParam
+from juggler.errors import BadRequest, Forbidden, ModelNotLoaded, NotImplementedParam
 from juggler.manager import Manager, ServerState
 from juggler.types import Device, ModelInfo
 
@@ -176,5 +176,24 @@ def test_unparseable_command_template_is_400() -> None:
             with pytest.raises(BadRequest) as err:
                 await m.load("broken")
             assert err.value.param == "command" and fake.starts() == 0
+
+    run(scenario())
+
+
+def test_command_models_are_refused_unless_the_admin_allows_them() -> None:
+    """Issue 10: "command recipes are off unless `allow_command_recipes` is set in the
+    config file (not over HTTP)" -- a `command` model registered earlier (e.g. by the CLI)
+    is refused at load time, before any process starts."""
+    fake = FakeSpawner()
+
+    async def scenario() -> None:
+        async with running(
+            settings(allow_command_recipes=False), FakeRegistry(stub("a")), fake
+        ) as m:
+            with pytest.raises(Forbidden, match="allow_command_recipes"):
+                await m.load("a")
+            with pytest.raises(Forbidden):
+                await m.acquire("a")
+            assert fake.starts() == 0
 
     run(scenario())
