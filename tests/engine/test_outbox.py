@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.runtime import Engine, EngineConfig
+from juggler.engine.runtime import Engine
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.stream import EventKind
 from juggler.engine.worker.worker import Worker
-from tests.engine.conftest import read_all
+from tests.engine.conftest import read_all, smol_config
 
 
 def test_outbox_runs_items_in_order_only_when_flushed() -> None:
@@ -44,11 +44,7 @@ def test_outbox_runs_items_in_order_only_when_flushed() -> None:
 @pytest.mark.slow
 def test_streams_wake_the_loop_per_tick_and_plain_requests_once(smol_path: Path) -> None:
     async def scenario() -> None:
-        engine = Engine(
-            EngineConfig(
-                model_path=str(smol_path), model_name="smol", threads=1, ctx_size=2048, parallel=4
-            )
-        )
+        engine = Engine(smol_config(smol_path, ctx_size=2048, parallel=4))
         await engine.start()
         try:
             worker = engine.workers[0]

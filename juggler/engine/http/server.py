@@ -1,19 +1,20 @@
 """The backend's HTTP app: OpenAI routes, the session API, embeddings, health, stats.
 
-Every route runs on the event loop; it validates, calls the `Engine` (which talks to the
-master through commands) and turns a `StreamSink` into SSE. A stream whose client goes
-away is cancelled in the generator's `finally` (Starlette cancels the response task on
-disconnect), so the worker stops spending tokens on it at its next tick.
+Every route runs on the event loop; it validates (with the request bodies the router
+shares, `juggler.api.openai`), calls the `Engine` (which talks to the master through
+commands) and turns a `StreamSink` into an answer (`streaming`).
+
+/health answers 200 once the engine is ready, 503 `{"status": "loading"}` before, and 503
+`{"status": "dead", ...}` once a worker died: the router's manager then replaces the
+backend.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,84 +22,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from juggler.engine.http import responses as api
+from juggler.api import openai as api
+from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
+from juggler.engine.http.requests import sampling_params, template_messages
+from juggler.engine.http.streaming import drain, stream
 from juggler.engine.runtime import Engine
-from juggler.engine.schedule.stream import EventKind, RequestStats, StreamSink
+from juggler.engine.schedule.stream import RequestStats
 from juggler.errors import BadRequest, JugglerError, error_body, render
 
 log = logging.getLogger(__name__)
-
-
-def sse(obj: Any) -> bytes:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
-
-
-DONE = b"data: [DONE]\n\n"
-
-
-async def _drain(
-    sink: StreamSink, request: Request | None = None
-) -> tuple[str, str, RequestStats | None]:
-    """Collect a whole generation (non-streaming requests); raises its error. A client
-    that disconnects meanwhile cancels the generation."""
-
-    async def watch() -> None:
-        assert request is not None
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        sink.cancel()
-
-    watcher = asyncio.create_task(watch()) if request is not None else None
-    parts: list[str] = []
-    try:
-        while True:
-            ev = await sink.get()
-            parts.append(ev.text)
-            if ev.kind is EventKind.DONE:
-                return "".join(parts), ev.finish_reason or "stop", ev.stats
-            if ev.kind is EventKind.ERROR:
-                assert ev.error is not None
-                raise ev.error
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-        sink.cancel()
-
-
-def _stream(
-    sink: StreamSink,
-    on_token: Callable[[str, tuple[int, ...]], Any | None],
-    on_done: Callable[[str | None, RequestStats | None], list[Any]],
-    head: list[Any] | None = None,
-) -> StreamingResponse:
-    async def gen() -> AsyncIterator[bytes]:
-        try:
-            for obj in head or []:
-                yield sse(obj)
-            while True:
-                ev = await sink.get()
-                if ev.kind is EventKind.TOKEN or ev.text:
-                    obj = on_token(ev.text, ev.token_ids)
-                    if obj is not None:
-                        yield sse(obj)
-                if ev.kind is EventKind.DONE:
-                    for obj in on_done(ev.finish_reason, ev.stats):
-                        yield sse(obj)
-                    yield DONE
-                    return
-                if ev.kind is EventKind.ERROR:
-                    assert ev.error is not None
-                    yield sse(render(ev.error))
-                    return
-        finally:
-            sink.cancel()  # no-op when finished; stops the worker if the client left
-
-    return StreamingResponse(
-        gen(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
 
 
 def create_app(engine: Engine) -> FastAPI:
@@ -137,19 +70,23 @@ def create_app(engine: Engine) -> FastAPI:
     async def health() -> JSONResponse:
         if not engine.is_ready:
             return JSONResponse({"status": "loading"}, status_code=503)
-        return JSONResponse(
-            {
-                "status": "ok",
-                "model": name,
-                "type": str(engine.config.type),
-                "device": engine.device,
-                "workers": engine.config.workers,
-                "parallel": engine.config.parallel,
-                "ctx_size": engine.config.ctx_size,
-                "pid": os.getpid(),
-                "chat_template": engine.template.origin,
-            }
-        )
+        flags = engine.config.flags
+        body = {
+            "status": "ok",
+            "model": name,
+            "type": str(engine.config.type),
+            "device": engine.device,
+            "workers": flags.workers,
+            "parallel": flags.parallel,
+            "ctx_size": flags.ctx_size,
+            "pid": os.getpid(),
+            "chat_template": engine.template.origin,
+        }
+        dead = engine.dead
+        if dead is not None:
+            body.update(status="dead", error=dead.message)
+            return JSONResponse(body, status_code=503)
+        return JSONResponse(body)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -171,55 +108,51 @@ def create_app(engine: Engine) -> FastAPI:
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: api.ChatRequest, request: Request) -> Any:
         t0 = time.perf_counter()
-        engine._require_llm()
-        prompt = engine.tokenize_prompt(
-            engine.render_chat([m.as_template_input() for m in body.messages])
-        )
-        sink = await engine.complete(
-            prompt, body.sampling(engine.config.ctx_size), t0, incremental=body.stream
-        )
-        rid = api.new_id("chatcmpl")
+        engine.require_llm()
+        prompt = engine.tokenize_prompt(engine.render_chat(template_messages(body.messages)))
+        params = sampling_params(body, engine.config.flags.ctx_size)
+        sink = await engine.complete(prompt, params, t0, incremental=body.stream)
+        rid = shape.new_id("chatcmpl")
         if not body.stream:
-            text, finish, st = await _drain(sink, request)
-            return api.chat_response(rid, name, text, api.openai_finish(finish), st)
+            text, finish, st = await drain(sink, request)
+            return shape.chat_response(rid, name, text, shape.openai_finish(finish), st)
         created = int(time.time())
 
         def on_token(text: str, ids: tuple[int, ...]) -> Any:
-            return api.chat_chunk(rid, name, created, {"content": text}) if text else None
+            return shape.chat_chunk(rid, name, created, {"content": text}) if text else None
 
         def on_done(finish: str | None, st: RequestStats | None) -> list[Any]:
-            out = [api.chat_chunk(rid, name, created, {}, api.openai_finish(finish))]
+            out = [shape.chat_chunk(rid, name, created, {}, shape.openai_finish(finish))]
             if body.include_usage:
-                out.append(api.usage_chunk(rid, name, created, "chat.completion.chunk", st))
+                out.append(shape.usage_chunk(rid, name, created, "chat.completion.chunk", st))
             return out
 
-        head = [api.chat_chunk(rid, name, created, {"role": "assistant", "content": ""})]
-        return _stream(sink, on_token, on_done, head)
+        head = [shape.chat_chunk(rid, name, created, {"role": "assistant", "content": ""})]
+        return stream(sink, on_token, on_done, head)
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: api.CompletionRequest, request: Request) -> Any:
         t0 = time.perf_counter()
-        engine._require_llm()
+        engine.require_llm()
         prompt = engine.tokenize_prompt(body.prompt_text())
-        sink = await engine.complete(
-            prompt, body.sampling(engine.config.ctx_size), t0, incremental=body.stream
-        )
-        rid = api.new_id("cmpl")
+        params = sampling_params(body, engine.config.flags.ctx_size)
+        sink = await engine.complete(prompt, params, t0, incremental=body.stream)
+        rid = shape.new_id("cmpl")
         if not body.stream:
-            text, finish, st = await _drain(sink, request)
-            return api.completion_response(rid, name, text, api.openai_finish(finish), st)
+            text, finish, st = await drain(sink, request)
+            return shape.completion_response(rid, name, text, shape.openai_finish(finish), st)
         created = int(time.time())
 
         def on_token(text: str, ids: tuple[int, ...]) -> Any:
-            return api.completion_chunk(rid, name, created, text) if text else None
+            return shape.completion_chunk(rid, name, created, text) if text else None
 
         def on_done(finish: str | None, st: RequestStats | None) -> list[Any]:
-            out = [api.completion_chunk(rid, name, created, "", api.openai_finish(finish))]
+            out = [shape.completion_chunk(rid, name, created, "", shape.openai_finish(finish))]
             if body.include_usage:
-                out.append(api.usage_chunk(rid, name, created, "text_completion", st))
+                out.append(shape.usage_chunk(rid, name, created, "text_completion", st))
             return out
 
-        return _stream(sink, on_token, on_done)
+        return stream(sink, on_token, on_done)
 
     # -- sessions --------------------------------------------------------------------
     @app.post("/v1/sessions")
@@ -230,21 +163,23 @@ def create_app(engine: Engine) -> FastAPI:
     async def session_input(session_id: str, body: api.SessionInput) -> dict[str, Any]:
         if (body.text is None) == (body.messages is None):
             raise BadRequest("send exactly one of text or messages", param="text")
-        msgs = [m.as_template_input() for m in body.messages] if body.messages else None
+        msgs = template_messages(body.messages) if body.messages else None
         return await engine.append_input(session_id, text=body.text, messages=msgs)
 
     @app.post("/v1/sessions/{session_id}/generate")
     async def session_generate(session_id: str, body: api.SessionGenerate) -> StreamingResponse:
-        params = body.sampling(engine.config.ctx_size, max_override=body.max_new_tokens)
+        params = sampling_params(body, engine.config.flags.ctx_size, body.max_new_tokens)
         sink = await engine.generate(session_id, params)
 
         def on_token(text: str, ids: tuple[int, ...]) -> Any:
             return {"text": text, "token_ids": list(ids)}
 
         def on_done(finish: str | None, st: RequestStats | None) -> list[Any]:
-            return [{"done": True, "finish_reason": finish, "usage": api.usage(st, extended=True)}]
+            return [
+                {"done": True, "finish_reason": finish, "usage": shape.usage(st, extended=True)}
+            ]
 
-        return _stream(sink, on_token, on_done)
+        return stream(sink, on_token, on_done)
 
     @app.post("/v1/sessions/{session_id}/cancel")
     async def session_cancel(session_id: str) -> dict[str, Any]:
@@ -257,7 +192,7 @@ def create_app(engine: Engine) -> FastAPI:
     # -- embeddings / reranking ------------------------------------------------------
     @app.post("/v1/embeddings")
     async def embeddings(body: api.EmbeddingRequest) -> dict[str, Any]:
-        texts = [body.input] if isinstance(body.input, str) else body.input
+        texts = body.texts()
         if not texts:
             raise BadRequest("input is empty", param="input")
         vecs, n_tokens = await engine.embed(texts)
@@ -271,8 +206,6 @@ def create_app(engine: Engine) -> FastAPI:
         }
 
     async def rerank(body: api.RerankRequest) -> dict[str, Any]:
-        if not body.documents:
-            raise BadRequest("documents is empty", param="documents")
         scores, n_tokens = await engine.rerank(body.query, body.documents)
         order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
         if body.top_n is not None:

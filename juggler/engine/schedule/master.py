@@ -1,14 +1,18 @@
 """The master: one asyncio task, the only consumer of the global ingress queue.
 
 It owns `session_id -> worker_id` (sessions never migrate), each worker's load, the
-prefix-affinity map for stateless requests, and the engine-wide counters and latest
-request stats. Routes put `Command`s on the ingress queue (`submit`) and await the
-command's future, which the chosen worker resolves; the master itself never waits on a
-worker, so one slow command cannot hold up the queue.
+prefix-affinity map for stateless requests, the engine-wide counters and latest request
+stats, and whether the engine is dead. Routes put commands on the ingress queue
+(`submit`) and await the command's future, which the chosen worker resolves; the master
+itself never waits on a worker, so one slow command cannot hold up the queue.
 
 Placement (`choose_worker`, pure): a stateless request goes to the worker that holds the
 longest run of its prompt's prefix blocks unless that worker is full; everything else
 goes to the least-loaded worker, round-robin on ties.
+
+A worker whose thread fails sends `WorkerDied`: from then on the engine is dead, every
+new request is refused with `EngineDead` (503) and /health says so, so that the router's
+manager replaces the backend.
 """
 
 from __future__ import annotations
@@ -16,15 +20,30 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from juggler.engine.cache.prefix_cache import best_affinity
-from juggler.engine.schedule.messages import Command, CommandKind
+from juggler.engine.schedule.messages import (
+    AppendInput,
+    Cancel,
+    Command,
+    Complete,
+    CreateSession,
+    Embed,
+    EndSession,
+    Generate,
+    RequestDone,
+    Rerank,
+    SessionGone,
+    Shutdown,
+    WorkerCommand,
+    WorkerDied,
+    reply_of,
+)
 from juggler.engine.schedule.stream import RequestStats
-from juggler.errors import SessionNotFound
+from juggler.errors import EngineDead, JugglerError, SessionNotFound
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +52,7 @@ AFFINITY_CAPACITY = 8192
 
 
 class WorkerLike(Protocol):
-    def submit(self, cmd: Command) -> None: ...
+    def submit(self, cmd: WorkerCommand) -> None: ...
 
 
 def choose_worker(
@@ -60,6 +79,12 @@ class Totals:
     requests_finished: int = 0
 
 
+def _reject(cmd: Command, exc: BaseException) -> None:
+    reply = reply_of(cmd)
+    if reply is not None and not reply.done():
+        reply.set_exception(exc)
+
+
 @dataclass
 class Master:
     workers: Sequence[WorkerLike]
@@ -70,80 +95,82 @@ class Master:
     affinity: collections.OrderedDict[int, int] = field(default_factory=collections.OrderedDict)
     totals: Totals = field(default_factory=Totals)
     last_stats: RequestStats | None = None
+    #: Set once a worker died: the engine refuses new requests with it.
+    dead: EngineDead | None = None
     _cursor: int = 0
+    #: Stateless request id -> its worker, until the request is done.
     _stateless: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.loads = [0] * len(self.workers)
 
     def submit(self, cmd: Command) -> None:
-        """Enqueue a command (event loop only; worker threads use call_soon_threadsafe)."""
+        """Enqueue a command (event loop only; workers post theirs through their outbox)."""
         self.ingress.put_nowait(cmd)
 
     async def run(self) -> None:
-        """The master task: consume the ingress queue until SHUTDOWN."""
+        """The master task: consume the ingress queue until `Shutdown`."""
         while True:
             cmd = await self.ingress.get()
-            if cmd.kind is CommandKind.SHUTDOWN:
+            if isinstance(cmd, Shutdown):
                 return
             try:
                 self.dispatch(cmd)
             except Exception as exc:  # a bug here must not kill the master
-                log.exception("master: command %s failed", cmd.kind)
-                if cmd.reply is not None and not cmd.reply.done():
-                    cmd.reply.set_exception(exc)
+                log.exception("master: %s failed", type(cmd).__name__)
+                _reject(cmd, exc)
 
     def _place(self, worker: int) -> None:
         self.loads[worker] += 1
         self._cursor = (worker + 1) % len(self.workers)
 
     def dispatch(self, cmd: Command) -> None:
-        """Handle one command (the one place the master dispatches on CommandKind)."""
-        kind = cmd.kind
-        if kind is CommandKind.CREATE_SESSION:
-            cmd.session_id = cmd.session_id or uuid.uuid4().hex
-            w = choose_worker(self.loads, self._cursor)
-            self._place(w)
-            self.sessions[cmd.session_id] = w
-            self.workers[w].submit(cmd)
-        elif kind in (
-            CommandKind.APPEND_INPUT,
-            CommandKind.GENERATE,
-            CommandKind.CANCEL,
-            CommandKind.END_SESSION,
-        ):
-            w_opt = self.sessions.get(cmd.session_id or "")
-            if w_opt is None:
-                if cmd.reply is not None and not cmd.reply.done():
-                    cmd.reply.set_exception(SessionNotFound(f"session not found: {cmd.session_id}"))
-                return
-            self.workers[w_opt].submit(cmd)
-        elif kind in (CommandKind.COMPLETE, CommandKind.EMBED, CommandKind.RERANK):
-            cmd.session_id = cmd.session_id or uuid.uuid4().hex
-            preferred = best_affinity(cmd.prefix_keys, self.affinity)
-            w = choose_worker(self.loads, self._cursor, preferred=preferred, capacity=self.capacity)
-            self._place(w)
-            self._stateless[cmd.session_id] = w
-            for key in cmd.prefix_keys:
-                self.affinity[key] = w
-                self.affinity.move_to_end(key)
-            while len(self.affinity) > AFFINITY_CAPACITY:
-                self.affinity.popitem(last=False)
-            self.workers[w].submit(cmd)
-        elif kind is CommandKind.SESSION_GONE:
-            w_gone = self.sessions.pop(cmd.session_id or "", None)
-            if w_gone is not None:
-                self.loads[w_gone] -= 1
-        elif kind is CommandKind.REQUEST_DONE:
-            w_done = self._stateless.pop(cmd.session_id or "", None)
-            if w_done is not None:
-                self.loads[w_done] -= 1
-            if cmd.stats is not None:
-                self._record(cmd.stats)
-        else:
-            log.warning("master: unknown command %s", kind)
-            if cmd.reply is not None and not cmd.reply.done():
-                cmd.reply.set_exception(RuntimeError(f"unknown command {kind}"))
+        """Handle one command: the one place the master dispatches on its kind."""
+        match cmd:
+            case SessionGone(session_id=sid):
+                w_gone = self.sessions.pop(sid, None)
+                if w_gone is not None:
+                    self.loads[w_gone] -= 1
+            case RequestDone(request_id=rid, stats=stats):
+                w_done = self._stateless.pop(rid, None)
+                if w_done is not None:
+                    self.loads[w_done] -= 1
+                if stats is not None:
+                    self._record(stats)
+            case WorkerDied(worker_id=wid, error=error):
+                log.error("master: worker %d died: %s", wid, error.message)
+                if self.dead is None:
+                    self.dead = error
+            case _ if self.dead is not None:
+                _reject(cmd, EngineDead(self.dead.message))
+            case CreateSession(session_id=sid):
+                w = choose_worker(self.loads, self._cursor)
+                self._place(w)
+                self.sessions[sid] = w
+                self.workers[w].submit(cmd)
+            case AppendInput() | Generate() | Cancel() | EndSession():
+                w_opt = self.sessions.get(cmd.session_id)
+                if w_opt is None:
+                    _reject(cmd, SessionNotFound(f"session not found: {cmd.session_id}"))
+                    return
+                self.workers[w_opt].submit(cmd)
+            case Complete() | Embed() | Rerank():
+                keys = cmd.prefix_keys if isinstance(cmd, Complete) else ()
+                preferred = best_affinity(keys, self.affinity)
+                w = choose_worker(
+                    self.loads, self._cursor, preferred=preferred, capacity=self.capacity
+                )
+                self._place(w)
+                self._stateless[cmd.request_id] = w
+                for key in keys:
+                    self.affinity[key] = w
+                    self.affinity.move_to_end(key)
+                while len(self.affinity) > AFFINITY_CAPACITY:
+                    self.affinity.popitem(last=False)
+                self.workers[w].submit(cmd)
+            case _:
+                log.warning("master: unknown command %s", type(cmd).__name__)
+                _reject(cmd, JugglerError(f"unknown command {type(cmd).__name__}"))
 
     def _record(self, stats: RequestStats) -> None:
         self.last_stats = stats

@@ -1,57 +1,145 @@
 """Typed commands between the HTTP routes, the master task and the worker threads.
 
-Every command carries an Enum tag and, when the sender waits for an answer, an asyncio
-future that the receiver resolves (a worker through its `Outbox`, which also carries
-its stream events and its notices to the master).
+One frozen dataclass per kind; `Command` is their union, and each receiver dispatches on
+it in one place (a `match`) that logs the kinds it does not know. Nothing changes a
+command once it is sent: the engine (`runtime`) creates its reply future and its session
+or request id before it goes on the master's ingress queue.
 
-    routes --Command--> master ingress queue --Command--> worker inbox (thread-safe)
-    worker --SESSION_GONE / REQUEST_DONE--> master ingress queue
+    routes --RouteCommand--> master ingress queue --WorkerCommand--> worker inbox
+    worker --Notice (SessionGone, RequestDone, WorkerDied)--> master ingress queue
+
+The receiver answers by resolving the command's `reply` future (a worker through its
+`Outbox`, which also carries its stream events and its notices to the master).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.stream import RequestStats, StreamSink
+from juggler.errors import EngineDead
+
+#: The answer of a session command: a small JSON object for the route.
+Reply = asyncio.Future[dict[str, Any]]
+#: One chat message as a template reads it: {"role": ..., "content": ...}.
+Message = dict[str, Any]
 
 
-class CommandKind(enum.Enum):
-    CREATE_SESSION = "create_session"
-    APPEND_INPUT = "append_input"
-    GENERATE = "generate"
-    CANCEL = "cancel"
-    END_SESSION = "end_session"
-    #: A stateless completion: an ephemeral session that may reuse cached KV.
-    COMPLETE = "complete"
-    EMBED = "embed"
-    RERANK = "rerank"
-    #: worker -> master: the session's sequence is released (or was never created).
-    SESSION_GONE = "session_gone"
-    #: worker -> master: a generation finished; carries its stats.
-    REQUEST_DONE = "request_done"
-    SHUTDOWN = "shutdown"
+# -- session API (routed to the session's worker) ------------------------------------------
+@dataclass(frozen=True, eq=False, slots=True)
+class CreateSession:
+    session_id: str
+    reply: Reply
 
 
-@dataclass(eq=False)
-class Command:
-    kind: CommandKind
-    reply: asyncio.Future[Any] | None = None
-    session_id: str | None = None
-    #: APPEND_INPUT: a text delta, or a chat-message delta.
+@dataclass(frozen=True, eq=False, slots=True)
+class AppendInput:
+    """A delta: exactly one of a text or chat messages."""
+
+    session_id: str
+    reply: Reply
     text: str | None = None
-    messages: list[dict[str, Any]] | None = None
-    #: COMPLETE: the tokenized prompt and its affinity hashes (see prefix_cache).
-    prompt: tuple[int, ...] = ()
+    messages: tuple[Message, ...] | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Generate:
+    session_id: str
+    reply: Reply
+    params: SamplingParams
+    sink: StreamSink
+    t_arrival: float
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Cancel:
+    session_id: str
+    reply: Reply
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class EndSession:
+    session_id: str
+    reply: Reply
+
+
+# -- stateless requests (placed by the master) ----------------------------------------------
+@dataclass(frozen=True, eq=False, slots=True)
+class Complete:
+    """A stateless completion: an ephemeral session that may reuse cached KV."""
+
+    request_id: str
+    reply: Reply
+    prompt: tuple[int, ...]
+    params: SamplingParams
+    sink: StreamSink
+    t_arrival: float
+    #: The prompt's prefix-block hashes, for the master's worker affinity (prefix_cache).
     prefix_keys: tuple[int, ...] = ()
-    params: SamplingParams | None = None
-    sink: StreamSink | None = None
-    t_arrival: float = 0.0
-    #: EMBED / RERANK: token lists, one per input (one sequence each).
-    inputs: list[list[int]] = field(default_factory=list)
-    #: Notices from workers.
-    worker_id: int = -1
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Embed:
+    """Token lists, one per input (one sequence each); answers one vector per input."""
+
+    request_id: str
+    reply: asyncio.Future[list[list[float]]]
+    inputs: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Rerank:
+    """Query-document token lists; answers one score (a 1-vector) per input."""
+
+    request_id: str
+    reply: asyncio.Future[list[list[float]]]
+    inputs: tuple[tuple[int, ...], ...]
+
+
+# -- notices from workers to the master -----------------------------------------------------
+@dataclass(frozen=True, eq=False, slots=True)
+class SessionGone:
+    """The session's sequence is released (or was never created)."""
+
+    session_id: str
+    worker_id: int
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class RequestDone:
+    """A stateless request or a generation finished; carries its stats if it ran."""
+
+    request_id: str
+    worker_id: int
     stats: RequestStats | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class WorkerDied:
+    """A worker's thread failed; it has ended its requests with `error`."""
+
+    worker_id: int
+    error: EngineDead
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Shutdown:
+    """Stop the receiver (the master task or a worker thread)."""
+
+
+SessionCommand = AppendInput | Generate | Cancel | EndSession
+StatelessCommand = Complete | Embed | Rerank
+RouteCommand = CreateSession | SessionCommand | StatelessCommand
+#: What a worker's inbox receives.
+WorkerCommand = RouteCommand | Shutdown
+Notice = SessionGone | RequestDone | WorkerDied
+Command = RouteCommand | Notice | Shutdown
+
+
+def reply_of(cmd: Command) -> asyncio.Future[Any] | None:
+    """The command's reply future, if its sender waits for one."""
+    reply: asyncio.Future[Any] | None = getattr(cmd, "reply", None)
+    return reply

@@ -1,8 +1,15 @@
-"""A worker's fixed configuration and the snapshot it publishes after every tick."""
+"""A worker's fixed configuration, its clock, and the snapshot it publishes every tick."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+
+#: How long a worker waits for commands when it has nothing to do; after that long
+#: idle it parks cached prefixes and compacts its KV cells (see `kv`).
+IDLE_WAIT_S = 0.5
+#: How long an idle worker waits for a generate before prefilling appended input alone.
+EAGER_PREFILL_GRACE_S = 0.03
 
 
 @dataclass(frozen=True)
@@ -17,6 +24,8 @@ class WorkerConfig:
     cache_cells: int | None = None
     #: Tokens of cached prefixes parked outside the KV cache when idle; None: n_ctx.
     parked_cells: int | None = None
+    idle_wait_s: float = IDLE_WAIT_S
+    eager_grace_s: float = EAGER_PREFILL_GRACE_S
 
 
 @dataclass(frozen=True)
@@ -34,3 +43,14 @@ class WorkerSnapshot:
     num_compactions: int = 0
     num_parked: int = 0
     parked_cells: int = 0
+
+
+class Clock:
+    """A worker's time: `tick` counts loop iterations (the LRU order of sequences; only the
+    worker loop advances it) and `now()` reads seconds for request stats."""
+
+    def __init__(self) -> None:
+        self.tick = 0
+
+    def now(self) -> float:
+        return time.perf_counter()

@@ -8,7 +8,8 @@ classification head and returns one score per sequence. Batches are non-causal, 
 decode. Each input must fit in the context (`context_length_exceeded` otherwise).
 
 Runs only on its own thread; `submit()` may be called from any thread, answers arrive on
-each command's future.
+each command's future. It works on llama.cpp's native objects directly: pooled
+embeddings are not part of the generation workers' ports.
 """
 
 from __future__ import annotations
@@ -16,21 +17,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from juggler.engine.llama.native import (
-    POOLING_NONE,
-    POOLING_RANK,
-    Batch,
-    Context,
-    ContextParams,
-    Model,
+from juggler.engine.llama.native import Model
+from juggler.engine.llama.native_context import POOLING_NONE, POOLING_RANK, Batch, Context
+from juggler.engine.llama.ports import ContextParams
+from juggler.engine.schedule.messages import (
+    Embed,
+    Notice,
+    RequestDone,
+    Rerank,
+    Shutdown,
+    reply_of,
 )
-from juggler.engine.schedule.messages import Command, CommandKind
 from juggler.engine.schedule.stream import RequestStats
 from juggler.engine.worker.config import WorkerConfig, WorkerSnapshot
 from juggler.engine.worker.owner_thread import OwnerThread
-from juggler.errors import BadRequest, ContextOverflow, JugglerError
+from juggler.errors import BadRequest, ContextOverflow, EngineDead, EngineError, JugglerError
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,27 @@ def group_inputs(lengths: list[int], *, max_seqs: int, max_tokens: int) -> list[
     return groups
 
 
+def rerank_tokens(model: Model, query: str, doc: str) -> list[int]:
+    """llama-server's layout: the GGUF's "rerank" template if any, else
+    [BOS] query [EOS] [SEP] doc [EOS] as the vocabulary asks for them."""
+    template = model.chat_template("rerank")
+    if template:
+        text = template.replace("{query}", query).replace("{document}", doc)
+        return model.tokenize(text, add_special=False, parse_special=True)
+    eos = model.eos if model.eos >= 0 else model.sep
+    out = [model.bos] if model.add_bos else []
+    out += model.tokenize(query, add_special=False, parse_special=False)
+    out += [eos] if model.add_eos else []
+    out += [model.sep] if model.add_sep else []
+    out += model.tokenize(doc, add_special=False, parse_special=False)
+    out += [eos] if model.add_eos else []
+    return out
+
+
 class EmbedWorker(OwnerThread):
+    ctx: Context
+    batch: Batch
+
     def __init__(
         self,
         worker_id: int,
@@ -65,75 +88,79 @@ class EmbedWorker(OwnerThread):
         *,
         rerank: bool,
         loop: asyncio.AbstractEventLoop,
-        deliver: Callable[[Command], None],
+        deliver: Callable[[Notice], None],
     ) -> None:
-        super().__init__("embed", worker_id, model, config, loop, deliver)
+        super().__init__("embed", worker_id, loop, deliver, kv_total=config.n_ctx)
+        self.model = model
+        self.config = config
         self.rerank = rerank
+        self._current: Embed | Rerank | None = None
 
     # -- worker thread -------------------------------------------------------------
-    def _run(self) -> None:
+    def open(self) -> None:
         cfg = self.config
-        try:
-            ctx = Context(
-                self.model,
-                ContextParams(
-                    n_ctx=cfg.n_ctx,
-                    n_batch=cfg.n_ctx,
-                    n_ubatch=cfg.n_ctx,
-                    n_seq_max=cfg.n_seq_max,
-                    n_threads=cfg.n_threads,
-                    embeddings=True,
-                    pooling=POOLING_RANK if self.rerank else -1,
-                    kv_unified=True,
-                ),
-            )
-            if ctx.pooling == POOLING_NONE:
-                ctx.close()
-                raise JugglerError("the model has no pooling type; it cannot serve embeddings")
-            self.n_ctx = ctx.n_ctx
-            batch = Batch(ctx.n_batch)
-        except BaseException as exc:
-            self._started(exc)
-            return
-        self._started()
-        try:
-            while True:
-                self.outbox.flush()
-                cmd = self._inbox.get()
-                if cmd.kind is CommandKind.SHUTDOWN:
-                    return
-                if cmd.kind not in (CommandKind.EMBED, CommandKind.RERANK):
-                    log.warning("embed worker: unknown command %s", cmd.kind)
-                    self.outbox.reject(
-                        cmd.reply,
-                        BadRequest("this backend serves embeddings / reranking only"),
-                    )
-                    continue
-                self.snapshot = WorkerSnapshot(num_running=1, kv_total=self.n_ctx)
-                try:
-                    out = self._embed(ctx, batch, cmd.inputs)
-                    self.outbox.resolve(cmd.reply, out)
-                except JugglerError as exc:
-                    self.outbox.reject(cmd.reply, exc)
-                except Exception as exc:
-                    log.exception("embed worker failed")
-                    self.outbox.reject(cmd.reply, JugglerError(f"internal error: {exc}"))
-                self.snapshot = WorkerSnapshot(kv_total=self.n_ctx)
-                n_in = sum(len(t) for t in cmd.inputs)
-                self.notify(
-                    Command(
-                        CommandKind.REQUEST_DONE,
-                        session_id=cmd.session_id,
-                        worker_id=self.worker_id,
-                        stats=RequestStats(input_tokens=n_in, prompt_tokens_prefilled=n_in),
-                    )
-                )
-        finally:
-            self.outbox.flush()
-            batch.close()
-            ctx.close()
+        self.ctx = Context(
+            self.model,
+            ContextParams(
+                n_ctx=cfg.n_ctx,
+                n_batch=cfg.n_ctx,
+                n_ubatch=cfg.n_ctx,
+                n_seq_max=cfg.n_seq_max,
+                n_threads=cfg.n_threads,
+                embeddings=True,
+                pooling=POOLING_RANK if self.rerank else -1,
+                kv_unified=True,
+            ),
+        )
+        if self.ctx.pooling == POOLING_NONE:
+            self.ctx.close()
+            raise JugglerError("the model has no pooling type; it cannot serve embeddings")
+        self.batch = Batch(self.ctx.n_batch)
+        self.snapshot = WorkerSnapshot(kv_total=self.ctx.n_ctx)
 
-    def _embed(self, ctx: Context, batch: Batch, inputs: list[list[int]]) -> list[list[float]]:
+    def serve(self) -> None:
+        while True:
+            self.outbox.flush()
+            cmd = self._inbox.get()
+            match cmd:
+                case Shutdown():
+                    return
+                case Embed() | Rerank():
+                    self._handle(cmd)
+                case _:
+                    log.warning("embed worker: unknown command %s", type(cmd).__name__)
+                    self.outbox.reject(
+                        reply_of(cmd), BadRequest("this backend serves embeddings / reranking only")
+                    )
+
+    def _handle(self, cmd: Embed | Rerank) -> None:
+        self._current = cmd
+        n_ctx = self.ctx.n_ctx
+        self.snapshot = WorkerSnapshot(num_running=1, kv_total=n_ctx)
+        try:
+            self.outbox.resolve(cmd.reply, self._embed(cmd.inputs))
+        except JugglerError as exc:
+            self.outbox.reject(cmd.reply, exc)
+        except Exception as exc:
+            log.exception("embed worker failed")
+            self.outbox.reject(cmd.reply, JugglerError(f"internal error: {exc}"))
+        self._current = None
+        self.snapshot = WorkerSnapshot(kv_total=n_ctx)
+        n_in = sum(len(t) for t in cmd.inputs)
+        stats = RequestStats(input_tokens=n_in, prompt_tokens_prefilled=n_in)
+        self.notify(RequestDone(cmd.request_id, self.worker_id, stats))
+
+    def close(self) -> None:
+        self.outbox.flush()
+        self.batch.close()
+        self.ctx.close()
+
+    def fail_all(self, error: EngineDead) -> None:
+        if self._current is not None:
+            self.outbox.reject(self._current.reply, error)
+
+    def _embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        ctx, batch = self.ctx, self.batch
         for i, toks in enumerate(inputs):
             if not toks:
                 raise BadRequest(f"input {i} is empty", param="input")
@@ -153,7 +180,7 @@ class EmbedWorker(OwnerThread):
                     batch.add(tok, pos, seq, True)
             rc = ctx.decode(batch)
             if rc != 0:
-                raise JugglerError(f"llama_decode failed ({rc}) on an embedding batch")
+                raise EngineError(f"llama_decode failed ({rc}) on an embedding batch")
             for seq, idx in enumerate(group):
                 vec = ctx.embeddings_seq(seq, width)
                 out[idx] = vec if self.rerank else l2_normalize(vec)

@@ -1,86 +1,216 @@
-"""Keeping a worker's KV cells lean: parking cached prefixes and compacting sequences.
+"""A worker's KV bookkeeping: what its cells hold, and every edit of its sequences' KV.
 
-Both run on the worker thread only when it has been idle for `IDLE_WAIT_S` (see the
-worker loop), because with a unified KV cache every decode attends over all cells up
-to the highest one in use: cached prefixes and scattered sequences slow every stream.
-This is the `Worker`'s half that moves KV around; `worker.py` holds the loop.
+`KvBook` owns the KV side of a worker (on its thread only): counting cells, the one
+rollback of a sequence (`rollback`), cached sequences of finished stateless requests
+(reuse, eviction, their cell budget and the recent hit rate that decides it), parking
+cached prefixes in host memory, and compaction. Which session holds which sequence is
+the `SessionTable`'s; the choices themselves are the pure functions of `prefix_cache`.
+
+Keeping cells lean matters because with a unified KV cache every decode attends over all
+cells up to the highest one in use: cached prefixes and scattered sequences slow every
+stream. So an idle worker (nothing to do for `IDLE_WAIT_S`) parks its cached prefixes
+(`park_cached`, see `parking`) and compacts its sequences (`compact`).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from juggler.engine.cache.parking import Parked, ParkedStore
-from juggler.engine.cache.prefix_cache import MIN_USEFUL_REUSE
-from juggler.engine.llama.native import Context
+from juggler.engine.cache.prefix_cache import (
+    HIT_WINDOW,
+    MIN_USEFUL_REUSE,
+    Reuse,
+    cache_budget,
+    choose_evictions,
+    choose_reuse,
+    over_budget,
+)
+from juggler.engine.llama.ports import LlamaContext
 from juggler.engine.worker.session import Session, SessionState
+from juggler.engine.worker.table import SessionTable
 
 log = logging.getLogger(__name__)
 
 
-class KvUpkeep:
-    """Mixin for `Worker`; the attributes below are the worker's."""
+class KvBook:
+    def __init__(
+        self,
+        ctx: LlamaContext,
+        table: SessionTable,
+        *,
+        cache_cells: int,
+        parked_cells: int,
+        worker_id: int = 0,
+    ) -> None:
+        self.ctx = ctx
+        self.table = table
+        self.n_ctx = ctx.n_ctx
+        self.worker_id = worker_id
+        #: Most KV cells that cached sequences of finished stateless requests may keep.
+        self.cache_cells = cache_cells
+        #: For the last few stateless requests: did each reuse a useful cached prefix?
+        self.recent_hits: collections.deque[bool] = collections.deque(maxlen=HIT_WINDOW)
+        self.parked = ParkedStore(parked_cells)
+        self.num_compactions = 0
+        self._removals_at_compaction = 0
 
-    worker_id: int
-    ctx: Context | None
-    n_ctx: int
-    sessions: dict[str, Session]
-    parked: ParkedStore
-    _tick: int
-    _num_compactions: int
-    _removals_at_compaction: int
+    # -- counting --------------------------------------------------------------------
+    def used(self) -> int:
+        return sum(len(s.tokens) for s in self.table.values())
 
-    if TYPE_CHECKING:  # provided by Worker
+    def free(self) -> int:
+        return self.n_ctx - self.used()
 
-        def kv_used(self) -> int: ...
-        def forget_cached(self, seq_id: int) -> list[int]: ...
-        def ctx_seq_clear(self, seq_id: int) -> None: ...
-        def _publish(self) -> None: ...
+    def live(self) -> int:
+        """Cells that live (not cached) sequences hold or will hold for pending input."""
+        return sum(
+            len(s.tokens) + len(s.pending)
+            for s in self.table.values()
+            if s.state is not SessionState.CACHED
+        )
 
-    def _park_cached(self) -> None:
-        """Idle: move cached prefixes out of the KV cache into the parked store (see
-        `parking`), so they stop widening every decode; tiny ones are just dropped."""
-        assert self.ctx is not None
+    # -- editing one sequence ------------------------------------------------------------
+    def rollback(self, s: Session, keep: int, *, kv_lost: bool = False) -> None:
+        """The one way a sequence's KV shrinks: `s` keeps its first `keep` tokens in the
+        KV cache and drops the rest (from the cache and from `s.tokens`).
+
+        When the memory cannot remove a partial range (e.g. sliding-window caches), or the
+        caller says the KV is already gone (`kv_lost`), the whole sequence is removed and
+        its first `keep` tokens go back to the front of its pending input, to be decoded
+        again: the conversation is never lost, only its KV."""
+        if keep > 0 and not kv_lost and self.ctx.seq_rm(s.seq_id, keep, -1):
+            del s.tokens[keep:]
+            return
+        self.ctx.seq_rm(s.seq_id, -1, -1)
+        s.pending[:0] = s.tokens[:keep]
+        s.tokens.clear()
+
+    def release(self, s: Session) -> None:
+        """Remove a session and every cell of its sequence."""
+        self.table.remove(s)
+        self.ctx.seq_rm(s.seq_id, -1, -1)
+
+    # -- cached sequences ------------------------------------------------------------------
+    def evict(self, seq_id: int) -> list[int]:
+        """Forget the cached sequence `seq_id` (if any), free its cells, return its tokens."""
+        s = self.table.cached_at(seq_id)
+        if s is not None:
+            self.table.remove(s)
+        self.ctx.seq_rm(seq_id, -1, -1)
+        return s.tokens if s is not None else []
+
+    def make_room(self, cells: int) -> int:
+        """Evict cached sequences, least recently used first, until `cells` cells are free
+        (or none is left); returns the free cells."""
+        free = self.free()
+        if cells > free:
+            for key in choose_evictions(self.table.cached(), cells - free):
+                self.evict(key)
+            free = self.free()
+        return free
+
+    def take_seq(self) -> int | None:
+        """A sequence id for a new session: a free one, else the least recently used
+        cached sequence's (evicted); None when live sessions hold every sequence."""
+        key = choose_reuse(self.table.cached(), self.table.free_seq_ids(), ()).key
+        if key is not None and self.table.cached_at(key) is not None:
+            self.evict(key)
+        return key
+
+    def reuse_for(self, prompt: Sequence[int]) -> Reuse:
+        """Where a stateless prompt goes (`prefix_cache.choose_reuse`), after restoring a
+        parked prefix into that sequence when it shares more than the KV cache offers."""
+        reuse = choose_reuse(self.table.cached(), self.table.free_seq_ids(), prompt)
+        if reuse.key is None:
+            return reuse
+        found = self.parked.best(prompt, better_than=reuse.keep)
+        if found is not None:
+            entry, shared = found
+            keep = min(shared, len(prompt) - 1)
+            reuse = Reuse(reuse.key, keep if self.unpark(entry, reuse.key) else 0)
+        return reuse
+
+    def start_ephemeral(self, request_id: str, prompt: Sequence[int], reuse: Reuse) -> Session:
+        """The session of a stateless request on sequence `reuse.key`, keeping the first
+        `reuse.keep` tokens that the cached sequence there holds; counts the hit."""
+        assert reuse.key is not None
+        s = Session(
+            request_id,
+            reuse.key,
+            is_ephemeral=True,
+            tokens=self._take_cached(reuse.key),
+            pending=list(prompt[reuse.keep :]),
+        )
+        self.rollback(s, reuse.keep)
+        s.num_reused = s.n_past
+        self.table.add(s)
+        self.recent_hits.append(s.num_reused >= MIN_USEFUL_REUSE)
+        return s
+
+    def _take_cached(self, seq_id: int) -> list[int]:
+        """Forget the cached sequence `seq_id` and hand over its tokens: the caller takes
+        over its KV."""
+        s = self.table.cached_at(seq_id)
+        if s is None:
+            return []
+        self.table.remove(s)
+        return s.tokens
+
+    def on_generation_end(self, s: Session) -> None:
+        """A stateless request's sequence stays cached for prefix reuse, within the cell
+        budget (only while recent requests hit the cache; the newest is always kept)."""
+        if not s.is_ephemeral:
+            s.state = SessionState.IDLE
+            return
+        s.pending.clear()  # the last sampled token: never decoded
+        s.state = SessionState.CACHED
+        budget = cache_budget(self.cache_cells, self.recent_hits)
+        for key in over_budget(self.table.cached(), budget, keep=s.seq_id):
+            self.evict(key)
+
+    # -- idle upkeep ----------------------------------------------------------------------
+    def park_cached(self) -> None:
+        """Move cached prefixes out of the KV cache into the parked store (see `parking`),
+        so they stop widening every decode; tiny ones are just dropped."""
         if not self.parked.max_cells:
             return  # parking is off: cached prefixes stay in the KV cache
-        for s in list(self.sessions.values()):
+        for s in list(self.table.values()):
             if s.state is not SessionState.CACHED:
                 continue
             if len(s.tokens) >= MIN_USEFUL_REUSE:
                 state = self.ctx.seq_state(s.seq_id)
                 if state is not None:
                     self.parked.add(Parked(tuple(s.tokens), state, s.last_used))
-            self.forget_cached(s.seq_id)
-            self.ctx_seq_clear(s.seq_id)
-        self._publish()
+            self.evict(s.seq_id)
 
-    def _unpark(self, entry: Parked, seq_id: int) -> bool:
-        """Copy a parked prefix back into sequence `seq_id` (clearing what it cached) as
-        a cached sequence; False (and the entry is dropped) if it does not fit."""
-        assert self.ctx is not None
+    def unpark(self, entry: Parked, seq_id: int) -> bool:
+        """Copy a parked prefix back into sequence `seq_id` (evicting what it cached) as a
+        cached sequence; False (and the entry is dropped) if it does not fit."""
         self.parked.take(entry)
-        self.forget_cached(seq_id)
-        self.ctx_seq_clear(seq_id)
-        if self.n_ctx - self.kv_used() < len(entry.tokens):
+        self.evict(seq_id)
+        if self.free() < len(entry.tokens):
             return False
         if not self.ctx.restore_seq_state(seq_id, entry.state):
-            self.ctx_seq_clear(seq_id)
+            self.ctx.seq_rm(seq_id, -1, -1)
             return False
-        sid = f"parked-{seq_id}-{self._tick}"
-        self.sessions[sid] = Session(
-            sid,
-            seq_id,
-            is_ephemeral=True,
-            state=SessionState.CACHED,
-            tokens=list(entry.tokens),
-            last_used=entry.last_used,
+        self.table.add(
+            Session(
+                f"parked-{seq_id}",
+                seq_id,
+                is_ephemeral=True,
+                state=SessionState.CACHED,
+                tokens=list(entry.tokens),
+                last_used=entry.last_used,
+            )
         )
         return True
 
-    def _compact(self) -> None:
-        """Move every sequence's KV down into the lowest free cells (idle workers only).
+    def compact(self) -> int:
+        """Move every sequence's KV down into the lowest free cells (idle workers only);
+        returns how many moved.
 
         With a unified KV cache every decode attends over the cells up to the highest
         one in use, masked or not. After a burst of requests ends, the sequences that stay
@@ -94,12 +224,10 @@ class KvUpkeep:
         a cached one is forgotten, a session's tokens go back to pending input and are
         decoded again on its next use, so no conversation is lost.
         """
-        assert self.ctx is not None
         if self.ctx.num_removals == self._removals_at_compaction:
-            return
-        t0 = time.perf_counter()
+            return 0
         moved = 0
-        for s in sorted(self.sessions.values(), key=lambda s: s.seq_id):
+        for s in sorted(self.table.values(), key=lambda s: s.seq_id):
             if not s.tokens:
                 continue
             state = self.ctx.seq_state(s.seq_id)
@@ -112,18 +240,10 @@ class KvUpkeep:
             log.warning(
                 "worker %d: KV of sequence %d could not be restored", self.worker_id, s.seq_id
             )
-            self.ctx.seq_rm(s.seq_id, -1, -1)
             if s.state is SessionState.CACHED:
-                self.forget_cached(s.seq_id)
+                self.evict(s.seq_id)
             else:
-                s.pending[:0] = s.tokens
-                s.tokens.clear()
+                self.rollback(s, s.n_past, kv_lost=True)
         self._removals_at_compaction = self.ctx.num_removals
-        self._num_compactions += 1
-        self._publish()
-        log.debug(
-            "worker %d: compacted %d sequences in %.1f ms",
-            self.worker_id,
-            moved,
-            (time.perf_counter() - t0) * 1000,
-        )
+        self.num_compactions += 1
+        return moved

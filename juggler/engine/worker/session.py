@@ -1,6 +1,6 @@
 """A session's state inside its worker: sequence id, tokens, pending input, generation.
 
-Owned by one worker thread; nothing else reads or writes it.
+Owned by one worker thread (its `SessionTable`); nothing else reads or writes it.
 
 Lifecycle (`SessionState`):
 
@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 from juggler.engine.llama.chat import ChatState
-from juggler.engine.llama.native import Sampler
+from juggler.engine.llama.ports import Logits, TokenSampler
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, Utf8Assembler
 from juggler.engine.schedule.stream import StreamSink
 
@@ -40,7 +39,7 @@ class Generation:
 
     params: SamplingParams
     sink: StreamSink
-    sampler: Sampler
+    sampler: TokenSampler
     max_new_tokens: int
     t_arrival: float
     prompt_tokens: int
@@ -76,7 +75,7 @@ class Session:
     #: (its text and token count), so /input prefills it and /generate starts at once.
     spec_header: tuple[str, int] | None = None
     #: The logits after the last decoded token, when a speculative prefill ended there.
-    saved_logits: Any = None
+    saved_logits: Logits | None = None
 
     @property
     def needs_logits(self) -> bool:

@@ -1,0 +1,209 @@
+"""llama.cpp's per-worker objects over llama-cpp-python's ctypes bindings: a context, its
+batch and the sampler chains that read its logits (`ports.LlamaContext`, `TokenBatch`,
+`TokenSampler`).
+
+A context (and its batch and samplers) belongs to the one worker thread that created it;
+only that thread decodes or edits its memory. `llama_decode` releases the GIL, so
+workers decode in parallel. A failed llama.cpp call raises `EngineError`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any, cast
+
+import llama_cpp.llama_cpp as C
+import numpy as np
+
+from juggler.engine.llama.ports import ContextParams, LlamaContext, Logits, SeqState, TokenBatch
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.errors import EngineError, LoadFailed
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from juggler.engine.llama.native import Model
+
+POOLING_NONE = C.LLAMA_POOLING_TYPE_NONE
+POOLING_RANK = C.LLAMA_POOLING_TYPE_RANK
+#: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+
+class Batch:
+    """A `llama_batch` of at most `capacity` tokens, each in exactly one sequence."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw: Any = C.llama_batch_init(capacity, 0, 1)
+        self.n_tokens = 0
+
+    def clear(self) -> None:
+        self.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        """Append one token; returns its row index (the index logits are read by)."""
+        i = self.n_tokens
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq_id
+        raw.logits[i] = logits
+        self.n_tokens = i + 1
+        return i
+
+    def close(self) -> None:
+        if self.raw is not None:
+            self.raw.n_tokens = 0
+            C.llama_batch_free(self.raw)
+            self.raw = None
+
+
+class Context:
+    """One `llama_context`; owned and used by exactly one worker thread."""
+
+    def __init__(self, model: Model, params: ContextParams) -> None:
+        cp = C.llama_context_default_params()
+        cp.n_ctx = params.n_ctx
+        cp.n_batch = params.n_batch
+        cp.n_ubatch = params.n_ubatch
+        cp.n_seq_max = params.n_seq_max
+        cp.n_threads = params.n_threads
+        cp.n_threads_batch = params.n_threads
+        cp.embeddings = params.embeddings
+        cp.pooling_type = params.pooling
+        cp.kv_unified = params.kv_unified
+        cp.flash_attn_type = params.flash_attn
+        cp.no_perf = True
+        ctx = C.llama_init_from_model(model.ptr, cp)
+        if not ctx:
+            raise LoadFailed("llama.cpp could not create a context (out of memory or bad params)")
+        self.ptr: Any = ctx
+        self.n_vocab = model.n_vocab
+        self.n_ctx = int(C.llama_n_ctx(ctx))
+        self.n_batch = int(C.llama_n_batch(ctx))
+        self.n_seq_max = int(C.llama_n_seq_max(ctx))
+        self.pooling = int(C.llama_pooling_type(ctx))
+        self.memory: Any = C.llama_get_memory(ctx)
+        self.num_removals = 0
+
+    def decode(self, batch: TokenBatch) -> int:
+        """Run the model on the batch; 0 on success (llama_decode's return code)."""
+        native = cast(Batch, batch)
+        native.raw.n_tokens = native.n_tokens
+        try:
+            return int(C.llama_decode(self.ptr, native.raw))
+        except ctypes.ArgumentError as exc:
+            raise EngineError(f"llama_decode could not be called: {exc}") from exc
+
+    # -- memory (KV cache), sequence-scoped only ----------------------------------------
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        """Remove positions [p0, p1) of one sequence; False if a partial removal failed."""
+        if not self.memory:
+            return True
+        self.num_removals += 1
+        return bool(C.llama_memory_seq_rm(self.memory, seq_id, p0, p1))
+
+    def seq_state(self, seq_id: int) -> SeqState | None:
+        """A copy of one sequence's KV cells (llama.cpp's per-sequence state), or None."""
+        size = int(C.llama_state_seq_get_size(self.ptr, seq_id))
+        if size <= 0:
+            return None
+        buf = (ctypes.c_ubyte * size)()
+        if int(C.llama_state_seq_get_data(self.ptr, buf, size, seq_id)) != size:
+            return None
+        return buf
+
+    def restore_seq_state(self, seq_id: int, state: SeqState) -> bool:
+        """Put a `seq_state()` copy back into the (now empty) sequence. llama.cpp places it
+        in the first free run of cells, so this moves the sequence down into holes."""
+        size = len(state)
+        return int(C.llama_state_seq_set_data(self.ptr, state, size, seq_id)) == size
+
+    def logits_row(self, row: int) -> Logits:
+        """A copy of the logits of batch row `row` of the last decode (numpy float32)."""
+        ptr = C.llama_get_logits_ith(self.ptr, row)
+        if not ptr:
+            raise EngineError(f"llama.cpp returned no logits for batch row {row}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def embeddings_seq(self, seq_id: int, n: int) -> list[float]:
+        """The pooled embedding (or rank scores) of one sequence of the last decode."""
+        ptr = C.llama_get_embeddings_seq(self.ptr, seq_id)
+        if not ptr:
+            raise EngineError("llama.cpp returned no pooled embedding for the sequence")
+        return [float(x) for x in ptr[:n]]
+
+    def close(self) -> None:
+        if self.ptr:
+            C.llama_free(self.ptr)
+            self.ptr = None
+
+
+class Sampler:
+    """A `llama_sampler` chain owned by one generation on one worker thread: penalties,
+    top_k, top_p, min_p, temperature, then a seeded draw (greedy at temperature 0)."""
+
+    def __init__(
+        self, model: Model, ctx: LlamaContext, params: SamplingParams, banned: Sequence[int]
+    ) -> None:
+        self.ctx_ptr: Any = cast(Context, ctx).ptr
+        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        self.ptr: Any = chain
+        p = params
+        if banned:
+            biases = (C.llama_logit_bias * len(banned))()
+            for i, tok in enumerate(banned):
+                biases[i].token = tok  # type: ignore[assignment]
+                biases[i].bias = float("-inf")
+            C.llama_sampler_chain_add(
+                chain, C.llama_sampler_init_logit_bias(model.n_vocab, len(banned), biases)
+            )
+        if p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+            C.llama_sampler_chain_add(
+                chain,
+                C.llama_sampler_init_penalties(
+                    model.n_vocab,
+                    p.penalty_last_n,
+                    p.repeat_penalty,
+                    p.frequency_penalty,
+                    p.presence_penalty,
+                ),
+            )
+        if p.temperature <= 0.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+            return
+        if p.top_k > 0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(p.top_k))
+        if 0.0 < p.top_p < 1.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(p.top_p, 1))
+        if p.min_p > 0.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_min_p(p.min_p, 1))
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(p.temperature))
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(p.resolved_seed() & 0xFFFFFFFF))
+
+    def sample(self, row: int) -> int:
+        """Sample (and accept) a token from the logits of batch row `row`."""
+        return int(C.llama_sampler_sample(self.ptr, self.ctx_ptr, row))
+
+    def sample_logits(self, logits: Logits) -> int:
+        """Sample (and accept) a token from saved logits, as `sample` does from a row."""
+        n = int(logits.shape[0])
+        data = (C.llama_token_data * n)()
+        view = np.frombuffer(memoryview(data).cast("B"), dtype=_TOKEN_DATA)
+        view["id"] = np.arange(n, dtype=np.int32)
+        view["logit"] = logits
+        view["p"] = 0.0
+        arr = C.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
+        C.llama_sampler_apply(self.ptr, ctypes.byref(arr))
+        if not 0 <= arr.selected < arr.size:
+            raise EngineError("the sampler chain selected no token")
+        token = int(arr.data[arr.selected].id)
+        C.llama_sampler_accept(self.ptr, token)
+        return token
+
+    def close(self) -> None:
+        if self.ptr:
+            C.llama_sampler_free(self.ptr)
+            self.ptr = None

@@ -1,0 +1,171 @@
+"""Steps 2 to 7 of a worker's tick: from its sessions' pending work to one decode and
+the tokens it samples (the numbered steps are the worker loop's, see `worker`).
+
+`Decoder` runs on the worker thread and owns the batch and the decode counters. The
+plan is `schedule.batch.schedule()`'s (pure); here it is carried out: the batch rows
+are filled in plan order and the rows that want logits are remembered with their owner
+(`_fill`), so each sampled token goes to the session whose row produced it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+
+from juggler.engine.llama.ports import LlamaContext, TokenBatch
+from juggler.engine.schedule import batch as batching
+from juggler.engine.schedule.outbox import Outbox
+from juggler.engine.worker.generation import Generations
+from juggler.engine.worker.kv import KvBook
+from juggler.engine.worker.session import Session, SessionState
+from juggler.engine.worker.session_api import SessionApi
+from juggler.engine.worker.table import SessionTable
+from juggler.errors import ContextOverflow, EngineError
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(enum.Enum):
+    DECODED = "decoded"
+    #: Nothing to decode.
+    IDLE = "idle"
+    #: Work waits but nothing fits in the KV cells: no decode until a command comes.
+    STALLED = "stalled"
+    FAILED = "failed"
+
+
+class Decoder:
+    def __init__(
+        self,
+        ctx: LlamaContext,
+        batch: TokenBatch,
+        table: SessionTable,
+        kv: KvBook,
+        gens: Generations,
+        api: SessionApi,
+        outbox: Outbox,
+        *,
+        max_prefill_chunk: int,
+        worker_id: int = 0,
+    ) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.table = table
+        self.kv = kv
+        self.gens = gens
+        self.api = api
+        self.outbox = outbox
+        self.max_prefill_chunk = max_prefill_chunk
+        self.worker_id = worker_id
+        self.num_decodes = 0
+        self.decode_s = 0.0
+
+    def run(self, tick: int) -> Outcome:
+        """One tick after the commands: cancellations, admission, room, plan, decode,
+        post-process (`tick` rotates the plan's round-robin)."""
+        # 2. cancellations
+        for s in list(self.table.values()):
+            if s.generation is not None and s.generation.sink.is_cancelled:
+                self.gens.finish(s, "cancelled")
+        # 3. admission
+        self.api.admit_waiting()
+        # 4. room
+        work = [
+            batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits)
+            for s in sorted(self.table.values(), key=lambda s: s.seq_id)
+            if s.state is not SessionState.CACHED and s.pending
+        ]
+        demand = min(sum(batching.schedulable(w) for w in work), self.batch.capacity)
+        free = self.kv.make_room(demand)
+        # 5. plan
+        plan = batching.schedule(
+            work,
+            max_tokens=self.batch.capacity,
+            max_prefill_chunk=self.max_prefill_chunk,
+            free_cells=free,
+            start=tick,
+        )
+        if plan.is_empty:
+            return self._on_stalled(plan.deferred)
+        # 6. decode
+        by_seq = self.table.by_seq()
+        rows = self._fill(plan, by_seq)
+        self.outbox.flush()  # admissions answered now, not after the decode
+        t0 = time.perf_counter()
+        rc = self.ctx.decode(self.batch)
+        self.num_decodes += 1
+        self.decode_s += time.perf_counter() - t0
+        if rc != 0:
+            self._on_decode_failed(plan, by_seq, rc)
+            return Outcome.FAILED
+        # 7. post-process
+        for chunk in plan.chunks:
+            s = by_seq[chunk.key]
+            n = chunk.num_tokens
+            s.tokens.extend(s.pending[:n])
+            del s.pending[:n]
+            if s.generation is None or s.generation.num_generated == 0:
+                s.num_prefilled += n
+        for s, row in rows:
+            try:
+                g = s.generation
+                if g is not None:
+                    self.gens.on_token(s, g.sampler.sample(row))
+                elif s.spec_header is not None:
+                    s.saved_logits = self.ctx.logits_row(row)
+            except EngineError as exc:  # one request's llama.cpp call failed
+                self.gens.finish(s, "error", error=exc)
+        return Outcome.DECODED
+
+    def _fill(
+        self, plan: batching.BatchPlan, by_seq: dict[int, Session]
+    ) -> list[tuple[Session, int]]:
+        """Fill the batch with the plan; returns the logit rows with their owners."""
+        batch = self.batch
+        batch.clear()
+        rows: list[tuple[Session, int]] = []
+        for chunk in plan.chunks:
+            s = by_seq[chunk.key]
+            pos = s.n_past
+            last = chunk.num_tokens - 1
+            for j in range(chunk.num_tokens):
+                row = batch.add(s.pending[j], pos + j, s.seq_id, chunk.wants_logits and j == last)
+            if chunk.wants_logits:
+                rows.append((s, row))
+        return rows
+
+    def _on_stalled(self, deferred: tuple[int, ...]) -> Outcome:
+        """Nothing fits in the KV cells: end the generations that wait for cells."""
+        if not deferred:
+            return Outcome.IDLE
+        for s in list(self.table.values()):
+            if s.seq_id in deferred and s.generation is not None:
+                self.gens.finish(
+                    s,
+                    "error",
+                    error=ContextOverflow(
+                        f"the KV cache is full ({self.kv.used()} of {self.kv.n_ctx} cells in "
+                        f"use by {len(self.table)} sequences); end idle sessions or raise "
+                        "--ctx-size"
+                    ),
+                )
+        return Outcome.STALLED
+
+    def _on_decode_failed(
+        self, plan: batching.BatchPlan, by_seq: dict[int, Session], rc: int
+    ) -> None:
+        log.error(
+            "worker %d: llama_decode returned %d for %d tokens", self.worker_id, rc, plan.num_tokens
+        )
+        for chunk in plan.chunks:
+            s = by_seq[chunk.key]
+            self.kv.rollback(s, s.n_past)  # undo whatever part of the batch reached the KV
+            if s.generation is not None:
+                self.gens.finish(
+                    s,
+                    "error",
+                    error=ContextOverflow(
+                        f"llama_decode failed ({rc}): no room in the KV cache for this batch"
+                    ),
+                )
