@@ -112,8 +112,12 @@ class Engine:
 
     @property
     def dead(self) -> EngineDead | None:
-        """Why the engine cannot serve any more (a worker died), or None."""
-        return self.master.dead if self.master is not None else None
+        """Why the engine cannot serve any more (a worker died), or None. Read from the
+        workers themselves, so it is true as soon as a worker's thread failed."""
+        for w in self.workers:
+            if w.dead is not None:
+                return w.dead
+        return None
 
     # -- lifecycle (event loop) --------------------------------------------------------
     async def start(self) -> None:

@@ -29,13 +29,13 @@ Message = dict[str, Any]
 
 
 # -- session API (routed to the session's worker) ------------------------------------------
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class CreateSession:
     session_id: str
     reply: Reply
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class AppendInput:
     """A delta: exactly one of a text or chat messages."""
 
@@ -45,7 +45,7 @@ class AppendInput:
     messages: tuple[Message, ...] | None = None
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class Generate:
     session_id: str
     reply: Reply
@@ -54,20 +54,20 @@ class Generate:
     t_arrival: float
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class Cancel:
     session_id: str
     reply: Reply
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class EndSession:
     session_id: str
     reply: Reply
 
 
 # -- stateless requests (placed by the master) ----------------------------------------------
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class Complete:
     """A stateless completion: an ephemeral session that may reuse cached KV."""
 
@@ -81,7 +81,7 @@ class Complete:
     prefix_keys: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class Embed:
     """Token lists, one per input (one sequence each); answers one vector per input."""
 
@@ -90,7 +90,7 @@ class Embed:
     inputs: tuple[tuple[int, ...], ...]
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class Rerank:
     """Query-document token lists; answers one score (a 1-vector) per input."""
 
@@ -100,7 +100,7 @@ class Rerank:
 
 
 # -- notices from workers to the master -----------------------------------------------------
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class SessionGone:
     """The session's sequence is released (or was never created)."""
 
@@ -108,7 +108,7 @@ class SessionGone:
     worker_id: int
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class RequestDone:
     """A stateless request or a generation finished; carries its stats if it ran."""
 
@@ -117,7 +117,7 @@ class RequestDone:
     stats: RequestStats | None = None
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class WorkerDied:
     """A worker's thread failed; it has ended its requests with `error`."""
 
@@ -125,7 +125,7 @@ class WorkerDied:
     error: EngineDead
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class Shutdown:
     """Stop the receiver (the master task or a worker thread)."""
 

@@ -222,7 +222,7 @@ class KvBook:
         first free run of cells. One sequence at a time, so the extra memory is one
         sequence's KV. A sequence whose copy cannot be put back loses its KV only:
         a cached one is forgotten, a session's tokens go back to pending input and are
-        decoded again on its next use, so no conversation is lost.
+        decoded again (as appended input is), so no conversation is lost.
         """
         if self.ctx.num_removals == self._removals_at_compaction:
             return 0

@@ -93,8 +93,9 @@ class OwnerThread(abc.ABC):
         self._thread.join(timeout_s)
 
     @property
-    def is_dead(self) -> bool:
-        return self._dead is not None
+    def dead(self) -> EngineDead | None:
+        """Why this worker cannot serve any more (its thread failed), or None."""
+        return self._dead
 
     # -- the owning thread -----------------------------------------------------------
     def notify(self, notice: Notice) -> None:

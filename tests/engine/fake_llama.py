@@ -1,0 +1,323 @@
+"""A tiny deterministic stand-in for llama.cpp, used only by the engine's unit tests.
+
+It implements `juggler.engine.llama.ports`:
+
+- Vocabulary: bytes. Token t < 256 is the byte t; BOS = 256 and EOS = 257 (the only
+  end-of-generation token). "ab" tokenizes to [BOS, 97, 98] with add_special.
+- Context: KV cells per sequence ({pos: token}). `decode` writes a batch only if every
+  row continues its sequence (rc -1 otherwise, like llama.cpp's inconsistent positions)
+  and the free cells hold it (rc 1, nothing written). For each row that asks for logits
+  it computes the next token from the cells the sequence holds: `next_token()`.
+- Greedy rule: after "!" comes EOS, else the letter 'a' + (last + length) % 26. So the
+  output depends on exactly what the sequence holds: a wrong position, a lost or
+  repeated token or another sequence's cell all change it. `greedy()` predicts it.
+- Faults: `fail_decodes` {decode number: rc} (after writing `partial` rows),
+  `raise_on_decode` (that decode raises), `no_partial_rm` (seq_rm of a tail fails, as in
+  sliding-window caches), `fail_restores` (restore_seq_state fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from juggler.engine.llama.chat import CHATML, ChatTemplate
+from juggler.engine.llama.ports import ContextParams, LlamaContext, TokenBatch
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.messages import Notice, Reply, WorkerCommand
+from juggler.engine.schedule.stream import StreamEvent, StreamSink
+from juggler.engine.worker.config import WorkerConfig
+from juggler.engine.worker.worker import Worker
+
+BOS = 256
+EOS = 257
+N_VOCAB = 258
+
+
+def next_token(seq: Sequence[int]) -> int:
+    last = seq[-1]
+    if last == ord("!"):
+        return EOS
+    return ord("a") + (last + len(seq)) % 26
+
+
+def greedy(seq: Sequence[int], n: int) -> list[int]:
+    """The tokens a greedy generation of at most `n` produces after `seq`."""
+    seq = list(seq)
+    out: list[int] = []
+    while len(out) < n:
+        t = next_token(seq)
+        if t == EOS:
+            break
+        out.append(t)
+        seq.append(t)
+    return out
+
+
+def text_of(tokens: Sequence[int]) -> str:
+    return bytes(t for t in tokens if t < 256).decode()
+
+
+@dataclass
+class Row:
+    token: int
+    pos: int
+    seq_id: int
+    logits: bool
+
+
+class FakeBatch:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.rows: list[Row] = []
+        self.closed = False
+
+    def clear(self) -> None:
+        self.rows = []
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        assert len(self.rows) < self.capacity, "batch overflow"
+        self.rows.append(Row(token, pos, seq_id, logits))
+        return len(self.rows) - 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class Faults:
+    fail_decodes: dict[int, int] = field(default_factory=dict)
+    #: Rows a failing decode writes before it fails (part of the batch reached the KV).
+    partial: int = 0
+    raise_on_decode: int | None = None
+    no_partial_rm: bool = False
+    fail_restores: bool = False
+
+
+class FakeContext:
+    def __init__(self, params: ContextParams, faults: Faults) -> None:
+        self.n_ctx = params.n_ctx
+        self.n_seq_max = params.n_seq_max
+        self.faults = faults
+        self.cells: dict[int, dict[int, int]] = {}
+        self.num_removals = 0
+        self.num_decodes = 0
+        #: Every decoded batch, as its rows.
+        self.decoded: list[list[Row]] = []
+        self._next: dict[int, int] = {}
+        self.closed = False
+
+    # -- for the tests ---------------------------------------------------------------
+    def tokens(self, seq_id: int) -> list[int]:
+        """What the sequence holds, in position order."""
+        cells = self.cells.get(seq_id, {})
+        return [cells[p] for p in sorted(cells)]
+
+    def used(self) -> int:
+        return sum(len(c) for c in self.cells.values())
+
+    # -- the port --------------------------------------------------------------------
+    def decode(self, batch: TokenBatch) -> int:
+        assert isinstance(batch, FakeBatch)
+        self.num_decodes += 1
+        n = self.num_decodes
+        if self.faults.raise_on_decode == n:
+            raise RuntimeError(f"fake decode {n} exploded")
+        rows = list(batch.rows)
+        self.decoded.append(rows)
+        self._next = {}
+        rc = self.faults.fail_decodes.get(n)
+        if rc is not None:
+            for r in rows[: self.faults.partial]:
+                self.cells.setdefault(r.seq_id, {})[r.pos] = r.token
+            return rc
+        ends = {s: (max(c) + 1 if c else 0) for s, c in self.cells.items()}
+        for r in rows:
+            if r.pos != ends.get(r.seq_id, 0):
+                return -1
+            ends[r.seq_id] = r.pos + 1
+        if self.used() + len(rows) > self.n_ctx:
+            return 1
+        for r in rows:
+            self.cells.setdefault(r.seq_id, {})[r.pos] = r.token
+        for i, r in enumerate(rows):
+            if r.logits:
+                self._next[i] = next_token(self.tokens(r.seq_id)[: r.pos + 1])
+        return 0
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        self.num_removals += 1
+        lo = max(p0, 0)
+        hi = p1 if p1 >= 0 else 1 << 62
+        if self.faults.no_partial_rm and lo > 0:
+            return False
+        cells = self.cells.get(seq_id, {})
+        for p in [p for p in cells if lo <= p < hi]:
+            del cells[p]
+        return True
+
+    def seq_state(self, seq_id: int) -> Any | None:
+        tokens = self.tokens(seq_id)
+        return tuple(tokens) if tokens else None
+
+    def restore_seq_state(self, seq_id: int, state: Any) -> bool:
+        if self.faults.fail_restores or self.used() + len(state) > self.n_ctx:
+            return False
+        assert not self.cells.get(seq_id), "restoring into a sequence that holds cells"
+        self.cells[seq_id] = dict(enumerate(state))
+        return True
+
+    def logits_row(self, row: int) -> Any:
+        assert row in self._next, f"batch row {row} has no logits"
+        out = [0.0] * N_VOCAB
+        out[self._next[row]] = 1.0
+        return tuple(out)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeSampler:
+    """Greedy: the most likely token that is not banned (ties: the lowest id)."""
+
+    def __init__(self, ctx: FakeContext, banned: Sequence[int]) -> None:
+        self.ctx = ctx
+        self.banned = set(banned)
+        self.closed = False
+
+    def sample(self, row: int) -> int:
+        return self.sample_logits(self.ctx.logits_row(row))
+
+    def sample_logits(self, logits: Any) -> int:
+        best = max((v, -i) for i, v in enumerate(logits) if i not in self.banned)
+        return -best[1]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeLlama:
+    """The loaded model (`ports.LlamaModel`); `ctx` is the last context it made."""
+
+    n_vocab = N_VOCAB
+    add_bos = True
+    bos = BOS
+    eos = EOS
+    architecture = "fake"
+
+    def __init__(self, faults: Faults | None = None) -> None:
+        self.faults = faults or Faults()
+        self.contexts: list[FakeContext] = []
+        self.samplers: list[FakeSampler] = []
+
+    @property
+    def ctx(self) -> FakeContext:
+        return self.contexts[-1]
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
+        return ([BOS] if add_special else []) + list(text.encode())
+
+    def piece(self, token: int) -> bytes:
+        return bytes([token]) if token < 256 else b""
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOS
+
+    def eog_tokens(self) -> tuple[int, ...]:
+        return (EOS,)
+
+    def special_text(self, token: int) -> str:
+        return {BOS: "<s>", EOS: "</s>"}.get(token, "")
+
+    def chat_template(self, name: str | None = None) -> str | None:
+        return None
+
+    def new_context(self, params: ContextParams) -> FakeContext:
+        ctx = FakeContext(params, self.faults)
+        self.contexts.append(ctx)
+        return ctx
+
+    def new_batch(self, capacity: int) -> FakeBatch:
+        return FakeBatch(capacity)
+
+    def new_sampler(
+        self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
+    ) -> FakeSampler:
+        assert isinstance(ctx, FakeContext)
+        sampler = FakeSampler(ctx, banned)
+        self.samplers.append(sampler)
+        return sampler
+
+
+def template() -> ChatTemplate:
+    return ChatTemplate(CHATML, bos_token="<s>", eos_token="</s>", origin="test")
+
+
+class Rig:
+    """A `Worker` on the fake, driven tick by tick on the test's own thread and loop:
+    `tick()` runs one loop iteration and delivers what it sent to the event loop."""
+
+    def __init__(
+        self,
+        *,
+        n_ctx: int = 256,
+        n_seq_max: int = 4,
+        n_batch: int = 64,
+        prefill_chunk: int = 32,
+        cache_cells: int | None = None,
+        parked_cells: int = 0,
+        faults: Faults | None = None,
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.fake = FakeLlama(faults)
+        self.notices: list[Notice] = []
+        config = WorkerConfig(
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_seq_max=n_seq_max,
+            n_threads=1,
+            max_prefill_chunk=prefill_chunk,
+            cache_cells=cache_cells,
+            parked_cells=parked_cells,
+            idle_wait_s=0.0,
+            eager_grace_s=0.0,
+        )
+        self.worker = Worker(0, self.fake, config, template(), self.loop, self.notices.append)
+        self.worker.open()
+
+    @property
+    def ctx(self) -> FakeContext:
+        return self.fake.ctx
+
+    def reply(self) -> Reply:
+        return self.loop.create_future()
+
+    async def settle(self) -> None:
+        """Let the event loop run what the worker flushed to it."""
+        self.worker.outbox.flush()
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    async def tick(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.worker.step()
+            await self.settle()
+
+    async def send(self, cmd: WorkerCommand) -> None:
+        """Submit a command and run one tick (which applies it)."""
+        self.worker.submit(cmd)
+        await self.tick()
+
+    def sink(self, max_pending: int = 256) -> StreamSink:
+        return StreamSink(max_pending=max_pending)
+
+
+def events(sink: StreamSink) -> list[StreamEvent]:
+    """The events a sink received so far (without waiting)."""
+    out: list[StreamEvent] = []
+    while not sink.queue.empty():
+        out.append(sink.queue.get_nowait())
+        sink.num_taken += 1
+    return out
