@@ -142,7 +142,7 @@ class Model:
 
     # -- per-worker objects (called on the worker thread that will own them) -----------
     def new_context(self, params: ContextParams) -> Context:
-        return Context(self, params)
+        return Context(self.ptr, self.n_vocab, params)
 
     def new_batch(self, capacity: int) -> Batch:
         return Batch(capacity)
@@ -150,4 +150,4 @@ class Model:
     def new_sampler(
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
     ) -> Sampler:
-        return Sampler(self, ctx, params, banned)
+        return Sampler(self.n_vocab, ctx, params, banned)

@@ -10,7 +10,8 @@ workers decode in parallel. A failed llama.cpp call raises `EngineError`.
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 import llama_cpp.llama_cpp as C
 import numpy as np
@@ -18,11 +19,6 @@ import numpy as np
 from juggler.engine.llama.ports import ContextParams, LlamaContext, Logits, SeqState, TokenBatch
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.errors import EngineError, LoadFailed
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from juggler.engine.llama.native import Model
 
 POOLING_NONE = C.LLAMA_POOLING_TYPE_NONE
 POOLING_RANK = C.LLAMA_POOLING_TYPE_RANK
@@ -63,7 +59,7 @@ class Batch:
 class Context:
     """One `llama_context`; owned and used by exactly one worker thread."""
 
-    def __init__(self, model: Model, params: ContextParams) -> None:
+    def __init__(self, model_ptr: Any, n_vocab: int, params: ContextParams) -> None:
         cp = C.llama_context_default_params()
         cp.n_ctx = params.n_ctx
         cp.n_batch = params.n_batch
@@ -76,11 +72,11 @@ class Context:
         cp.kv_unified = params.kv_unified
         cp.flash_attn_type = params.flash_attn
         cp.no_perf = True
-        ctx = C.llama_init_from_model(model.ptr, cp)
+        ctx = C.llama_init_from_model(model_ptr, cp)
         if not ctx:
             raise LoadFailed("llama.cpp could not create a context (out of memory or bad params)")
         self.ptr: Any = ctx
-        self.n_vocab = model.n_vocab
+        self.n_vocab = n_vocab
         self.n_ctx = int(C.llama_n_ctx(ctx))
         self.n_batch = int(C.llama_n_batch(ctx))
         self.n_seq_max = int(C.llama_n_seq_max(ctx))
@@ -146,7 +142,7 @@ class Sampler:
     top_k, top_p, min_p, temperature, then a seeded draw (greedy at temperature 0)."""
 
     def __init__(
-        self, model: Model, ctx: LlamaContext, params: SamplingParams, banned: Sequence[int]
+        self, n_vocab: int, ctx: LlamaContext, params: SamplingParams, banned: Sequence[int]
     ) -> None:
         self.ctx_ptr: Any = cast(Context, ctx).ptr
         chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
@@ -158,13 +154,13 @@ class Sampler:
                 biases[i].token = tok  # type: ignore[assignment]
                 biases[i].bias = float("-inf")
             C.llama_sampler_chain_add(
-                chain, C.llama_sampler_init_logit_bias(model.n_vocab, len(banned), biases)
+                chain, C.llama_sampler_init_logit_bias(n_vocab, len(banned), biases)
             )
         if p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
             C.llama_sampler_chain_add(
                 chain,
                 C.llama_sampler_init_penalties(
-                    model.n_vocab,
+                    n_vocab,
                     p.penalty_last_n,
                     p.repeat_penalty,
                     p.frequency_penalty,

@@ -2,8 +2,9 @@
 
 `schedule()` reads a description of every sequence's outstanding work and returns a
 `BatchPlan`; it does no I/O, reads no clock and touches no llama.cpp state, so the tests
-drive it directly. The worker thread carries the plan out (fill `llama_batch`, decode,
-sample the rows in `plan.logit_owners` order).
+drive it directly. The worker's `Decoder` carries the plan out: it fills the batch chunk
+by chunk, remembers which session owns each logit row, decodes, and samples each row
+with its owner's sampler.
 
 Policy:
 1. Every generating sequence whose next token is its only pending token gets one decode
@@ -50,11 +51,6 @@ class BatchPlan:
     @property
     def num_tokens(self) -> int:
         return sum(c.num_tokens for c in self.chunks)
-
-    @property
-    def logit_owners(self) -> tuple[int, ...]:
-        """Sequence keys in the order of the logit rows the decode will produce."""
-        return tuple(c.key for c in self.chunks if c.wants_logits)
 
     @property
     def is_empty(self) -> bool:

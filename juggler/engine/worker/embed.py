@@ -99,8 +99,7 @@ class EmbedWorker(OwnerThread):
     # -- worker thread -------------------------------------------------------------
     def open(self) -> None:
         cfg = self.config
-        self.ctx = Context(
-            self.model,
+        self.ctx = self.model.new_context(
             ContextParams(
                 n_ctx=cfg.n_ctx,
                 n_batch=cfg.n_ctx,
@@ -115,7 +114,7 @@ class EmbedWorker(OwnerThread):
         if self.ctx.pooling == POOLING_NONE:
             self.ctx.close()
             raise JugglerError("the model has no pooling type; it cannot serve embeddings")
-        self.batch = Batch(self.ctx.n_batch)
+        self.batch = self.model.new_batch(self.ctx.n_batch)
         self.snapshot = WorkerSnapshot(kv_total=self.ctx.n_ctx)
 
     def serve(self) -> None:

@@ -86,7 +86,3 @@ class Session:
     @property
     def n_past(self) -> int:
         return len(self.tokens)
-
-    @property
-    def num_cells(self) -> int:
-        return len(self.tokens)
