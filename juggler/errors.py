@@ -20,6 +20,7 @@
     ├── EngineError                   500     engine_error       (one llama.cpp call failed)
     ├── EngineDead                    503     engine_dead        (the engine cannot serve any more)
     │   └── BackendDead               502     backend_error      (its process died / unreachable)
+    ├── HubUnreachable                502     hub_unreachable    (the model hub did not answer)
     └── Overloaded                    503     overloaded
 
 Two families matter to the manager. A request's recoverable errors (4xx, `EngineError`)
@@ -169,6 +170,14 @@ class BackendDead(EngineDead):
 
     status = 502
     code = "backend_error"
+
+
+class HubUnreachable(JugglerError):
+    """The model hub (Hugging Face or its stand-in) could not be reached or failed."""
+
+    status = 502
+    code = "hub_unreachable"
+    type = "server_error"
 
 
 class Overloaded(JugglerError):

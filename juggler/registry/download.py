@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from juggler.errors import CheckpointMissing
+from juggler.errors import CheckpointMissing, HubUnreachable
 from juggler.registry.checkpoint import HfRef, hf_cache_dir
 from juggler.registry.locks import exclusive, temp_beside
 
@@ -50,8 +50,26 @@ def download(
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Path:
     """Fetch the checkpoint's GGUF into the cache (skipped if already there). Blocks.
-    Raises CheckpointMissing when the repo or file does not exist, LoadFailed-free."""
-    endpoint = (endpoint or hub_endpoint()).rstrip("/")
+    Raises CheckpointMissing when the repo or file does not exist, HubUnreachable when
+    the hub cannot be reached or fails."""
+    where = (endpoint or hub_endpoint()).rstrip("/")
+    try:
+        return _download(ref, endpoint=where, token=token, on_progress=on_progress)
+    except httpx.HTTPStatusError as exc:
+        raise HubUnreachable(
+            f"{where} answered {exc.response.status_code} for {ref.repo_id}"
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise HubUnreachable(f"cannot reach the model hub {where}: {exc!r}") from exc
+
+
+def _download(
+    ref: HfRef,
+    *,
+    endpoint: str,
+    token: str | None,
+    on_progress: Callable[[int, int | None], None] | None,
+) -> Path:
     token = token or os.environ.get("HF_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with httpx.Client(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from juggler.errors import CheckpointMissing
+from juggler.errors import CheckpointMissing, HubUnreachable
 from juggler.registry.checkpoint import HfRef, resolve_path
 from juggler.registry.download import choose_file, download
 
@@ -87,3 +87,10 @@ def test_unknown_repo_is_checkpoint_missing(
     monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
     with pytest.raises(CheckpointMissing, match="not found"):
         download(HfRef("acme", "nope", None), endpoint=hub)
+
+
+def test_an_unreachable_hub_is_a_clear_502(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
+    with pytest.raises(HubUnreachable, match="cannot reach the model hub") as err:
+        download(HfRef("org", "repo", None), endpoint="http://127.0.0.1:9")
+    assert err.value.status == 502
