@@ -13,7 +13,7 @@ from juggler.errors import CheckpointMissing
 from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import resolve_path
 
-PACKAGE = '''
+PACKAGE = """
 import time
 from pathlib import Path
 
@@ -25,7 +25,7 @@ def assemble(output_path, overwrite=False):
         for i in range(50):  # slow, chunked: a second writer would interleave
             out.write(bytes([i % 256]) * 4096)
             time.sleep(0.001)
-'''
+"""
 
 
 @pytest.fixture()
