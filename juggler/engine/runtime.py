@@ -194,6 +194,13 @@ class Engine:
                 param="model",
             )
 
+    def _require(self, wanted: ModelType, what: str) -> None:
+        if self.config.type is not wanted:
+            raise BadRequest(
+                f"model {self.config.model_name} is a {self.config.type} model, not {what}",
+                param="model",
+            )
+
     def tokenize_prompt(self, text: str) -> list[int]:
         bos = self.template.bos_token
         add_special = self.model.add_bos and not (bos and text.startswith(bos))
@@ -271,12 +278,7 @@ class Engine:
 
     # -- embeddings / reranking --------------------------------------------------------
     async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        if self.config.type is not ModelType.EMBEDDING:
-            raise BadRequest(
-                f"model {self.config.model_name} is a {self.config.type} model, "
-                "not an embedding model",
-                param="model",
-            )
+        self._require(ModelType.EMBEDDING, "an embedding model")
         inputs = tuple(
             tuple(self.model.tokenize(t, add_special=True, parse_special=False)) for t in texts
         )
@@ -285,12 +287,7 @@ class Engine:
         return await reply, sum(len(i) for i in inputs)
 
     async def rerank(self, query: str, documents: list[str]) -> tuple[list[float], int]:
-        if self.config.type is not ModelType.RERANKING:
-            raise BadRequest(
-                f"model {self.config.model_name} is a {self.config.type} model, "
-                "not a reranking model",
-                param="model",
-            )
+        self._require(ModelType.RERANKING, "a reranking model")
         native = self._native_model()
         inputs = tuple(tuple(rerank_tokens(native, query, doc)) for doc in documents)
         reply: asyncio.Future[list[list[float]]] = self._future()

@@ -7,6 +7,7 @@ Backends are started with `python -m juggler.engine`, polled on /health with a d
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -78,6 +79,27 @@ async def read_all(sink: StreamSink) -> list[StreamEvent]:
         events.append(ev)
         if ev.kind is not EventKind.TOKEN:
             return events
+
+
+def generate(
+    c: httpx.Client, sid: str, n: int, **sampling: Any
+) -> tuple[list[Any], dict[str, Any]]:
+    """Stream a session generate over HTTP: its token chunks and its final object."""
+    chunks: list[Any] = []
+    done: dict[str, Any] = {}
+    req = {"max_new_tokens": n, "temperature": 0, **sampling}
+    with c.stream("POST", f"/v1/sessions/{sid}/generate", json=req) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            obj = json.loads(line[6:])
+            if obj.get("done"):
+                done = obj
+            else:
+                assert "error" not in obj, obj
+                chunks.append(obj)
+    return chunks, done
 
 
 def free_port() -> int:

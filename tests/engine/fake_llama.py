@@ -1,4 +1,5 @@
-"""A tiny deterministic stand-in for llama.cpp, used only by the engine's unit tests.
+"""A tiny deterministic stand-in for llama.cpp, used only by the engine's unit tests
+(`rig.Rig` runs a generation worker on it).
 
 It implements `juggler.engine.llama.ports`:
 
@@ -18,18 +19,12 @@ It implements `juggler.engine.llama.ports`:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from juggler.engine.llama.chat import CHATML, ChatTemplate
 from juggler.engine.llama.ports import ContextParams, LlamaContext, TokenBatch
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.schedule.messages import Notice, Reply, WorkerCommand
-from juggler.engine.schedule.stream import StreamEvent, StreamSink
-from juggler.engine.worker.config import WorkerConfig
-from juggler.engine.worker.worker import Worker
 
 BOS = 256
 EOS = 257
@@ -249,75 +244,3 @@ class FakeLlama:
         sampler = FakeSampler(ctx, banned)
         self.samplers.append(sampler)
         return sampler
-
-
-def template() -> ChatTemplate:
-    return ChatTemplate(CHATML, bos_token="<s>", eos_token="</s>", origin="test")
-
-
-class Rig:
-    """A `Worker` on the fake, driven tick by tick on the test's own thread and loop:
-    `tick()` runs one loop iteration and delivers what it sent to the event loop."""
-
-    def __init__(
-        self,
-        *,
-        n_ctx: int = 256,
-        n_seq_max: int = 4,
-        n_batch: int = 64,
-        prefill_chunk: int = 32,
-        cache_cells: int | None = None,
-        parked_cells: int = 0,
-        faults: Faults | None = None,
-    ) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.fake = FakeLlama(faults)
-        self.notices: list[Notice] = []
-        config = WorkerConfig(
-            n_ctx=n_ctx,
-            n_batch=n_batch,
-            n_seq_max=n_seq_max,
-            n_threads=1,
-            max_prefill_chunk=prefill_chunk,
-            cache_cells=cache_cells,
-            parked_cells=parked_cells,
-            idle_wait_s=0.0,
-            eager_grace_s=0.0,
-        )
-        self.worker = Worker(0, self.fake, config, template(), self.loop, self.notices.append)
-        self.worker.open()
-
-    @property
-    def ctx(self) -> FakeContext:
-        return self.fake.ctx
-
-    def reply(self) -> Reply:
-        return self.loop.create_future()
-
-    async def settle(self) -> None:
-        """Let the event loop run what the worker flushed to it."""
-        self.worker.outbox.flush()
-        for _ in range(3):
-            await asyncio.sleep(0)
-
-    async def tick(self, n: int = 1) -> None:
-        for _ in range(n):
-            self.worker.step()
-            await self.settle()
-
-    async def send(self, cmd: WorkerCommand) -> None:
-        """Submit a command and run one tick (which applies it)."""
-        self.worker.submit(cmd)
-        await self.tick()
-
-    def sink(self, max_pending: int = 256) -> StreamSink:
-        return StreamSink(max_pending=max_pending)
-
-
-def events(sink: StreamSink) -> list[StreamEvent]:
-    """The events a sink received so far (without waiting)."""
-    out: list[StreamEvent] = []
-    while not sink.queue.empty():
-        out.append(sink.queue.get_nowait())
-        sink.num_taken += 1
-    return out

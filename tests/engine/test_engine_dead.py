@@ -19,7 +19,8 @@ from juggler.engine.worker.worker import Worker
 from juggler.errors import EngineDead
 from juggler.options import EngineFlags
 from tests.engine.conftest import read_all
-from tests.engine.fake_llama import BOS, FakeLlama, Faults, template
+from tests.engine.fake_llama import BOS, FakeLlama, Faults
+from tests.engine.rig import template
 
 
 def test_a_worker_whose_loop_fails_ends_every_request_with_engine_dead() -> None:

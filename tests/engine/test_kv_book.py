@@ -15,7 +15,8 @@ from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.session import Session, SessionState
 from juggler.engine.worker.table import SessionTable
 from juggler.errors import ContextOverflow
-from tests.engine.fake_llama import BOS, FakeContext, Faults, Rig, events, greedy
+from tests.engine.fake_llama import BOS, FakeContext, Faults, greedy
+from tests.engine.rig import Rig, events
 
 
 def book(n_ctx: int = 100, faults: Faults | None = None) -> tuple[KvBook, FakeContext]:

@@ -9,7 +9,8 @@ from collections import Counter
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.messages import Complete
 from juggler.engine.schedule.stream import EventKind, StreamSink
-from tests.engine.fake_llama import BOS, Rig, events, greedy
+from tests.engine.fake_llama import BOS, greedy
+from tests.engine.rig import Rig, events
 
 
 def submit_complete(rig: Rig, rid: str, prompt: list[int], n: int) -> StreamSink:

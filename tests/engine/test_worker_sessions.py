@@ -21,7 +21,8 @@ from juggler.engine.schedule.messages import (
 )
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from juggler.errors import Conflict, Overloaded, SessionNotFound
-from tests.engine.fake_llama import BOS, Rig, events, greedy, text_of
+from tests.engine.fake_llama import BOS, greedy, text_of
+from tests.engine.rig import Rig, events
 
 
 def answer(reply: Reply) -> dict[str, Any]:
