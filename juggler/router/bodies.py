@@ -24,7 +24,19 @@ async def read_json(request: Request) -> dict[str, Any]:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
+    if b"\\u" in raw and _has_lone_surrogate(data):
+        raise BadRequest("request body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
     return data
+
+
+def _has_lone_surrogate(data: Any) -> bool:
+    """JSON's \\u escapes can spell half a surrogate pair, which no UTF-8 text can hold;
+    such a string would fail later, deep in a backend."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:

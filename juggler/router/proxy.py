@@ -156,6 +156,10 @@ class Proxy:
             finally:
                 await response.aclose()
                 held.release()
+            if response.status_code == 503:
+                # The engine says it is dead (or cannot serve): let the manager probe it;
+                # a backend whose /health fails is stopped, and the watchdog restarts it.
+                await self.manager.report_backend_failure(held)
             return Response(content, status_code=response.status_code, headers=headers)
         return StreamingResponse(
             self._relay(held, response),

@@ -130,6 +130,13 @@ def test_every_error_is_json_with_the_request_id(
         err = r.json()["error"]
         assert err["param"] == "llamacpp_args" and err["request_id"] == "abc-123"
         assert c.get("/nope").json()["error"]["code"] == "not_found"
+        surrogate = c.post(
+            "/api/v1/chat/completions",
+            content=b'{"model": "SmolLM2-135M-Instruct-GGUF", "messages": '
+            b'[{"role": "user", "content": "a\\ud800"}]}',
+            headers={"content-type": "application/json"},
+        )
+        assert surrogate.status_code == 400 and "surrogate" in surrogate.json()["error"]["message"]
         assert c.put("/api/v1/models").status_code == 405
         monkeypatch.setattr(Registry, "list", lambda self: 1 / 0)
         boom = c.get("/api/v1/models")

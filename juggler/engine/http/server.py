@@ -29,7 +29,7 @@ from juggler.engine.http.requests import sampling_params, template_messages
 from juggler.engine.http.streaming import drain, stream
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
-from juggler.errors import BadRequest, JugglerError, error_body, render
+from juggler.errors import BadRequest, EngineError, JugglerError, error_body, render
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,12 @@ def create_app(engine: Engine) -> FastAPI:
     @app.exception_handler(JugglerError)
     async def on_juggler_error(request: Request, exc: JugglerError) -> JSONResponse:
         return JSONResponse(render(exc), status_code=exc.status)
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Last resort: still OpenAI's JSON shape (Starlette logs the traceback).
+        error = EngineError(f"internal error: {type(exc).__name__}")
+        return JSONResponse(render(error), status_code=error.status)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
