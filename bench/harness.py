@@ -134,7 +134,10 @@ class Router:
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError):
                 h = self.health()
-                if any(m["model_name"] == name and m["status"] == "ready" for m in h["all_models_loaded"]):
+                if any(
+                    m["model_name"] == name and m["status"] == "ready"
+                    for m in h["all_models_loaded"]
+                ):
                     return h
             time.sleep(0.1)
         raise RuntimeError(f"{name} did not load")

@@ -71,7 +71,9 @@ def register_models(router: Router) -> None:
         {"model_name": EMBED, "checkpoint": str(minilm), "embedding": True},
     ]
     for body in pulls:
-        httpx.post(router.base_url + "/api/v1/pull", json=body, headers=ADMIN, timeout=60).raise_for_status()
+        httpx.post(
+            router.base_url + "/api/v1/pull", json=body, headers=ADMIN, timeout=60
+        ).raise_for_status()
 
 
 async def post_json(c: httpx.AsyncClient, path: str, body: dict[str, Any]) -> str:
@@ -205,7 +207,9 @@ def soak(args: argparse.Namespace) -> int:
             async def sample() -> None:
                 while time.monotonic() < until:
                     pids = (router.proc.pid, backend)
-                    samples.append((time.monotonic(), *(rss_kb(p) for p in pids), *(num_fds(p) for p in pids)))
+                    samples.append(
+                        (time.monotonic(), *(rss_kb(p) for p in pids), *(num_fds(p) for p in pids))
+                    )
                     await asyncio.sleep(10)
 
             await asyncio.gather(sample(), *(loop(i) for i in range(args.streams)))
@@ -214,7 +218,9 @@ def soak(args: argparse.Namespace) -> int:
     finally:
         leaked = router.stop()
     print(summary(counts))
-    first = next(s for s in samples if s[0] - samples[0][0] >= 60) if len(samples) > 7 else samples[0]
+    first = (
+        next(s for s in samples if s[0] - samples[0][0] >= 60) if len(samples) > 7 else samples[0]
+    )
     last = samples[-1]
     for i, name in ((1, "router"), (2, "backend")):
         growth = 100 * (last[i] - first[i]) / first[i]

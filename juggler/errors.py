@@ -21,6 +21,7 @@
     ├── EngineDead                    503     engine_dead        (the engine cannot serve any more)
     │   └── BackendDead               502     backend_error      (its process died / unreachable)
     ├── HubUnreachable                502     hub_unreachable    (the model hub did not answer)
+    ├── InsufficientStorage           507     insufficient_storage (the disk is full)
     └── Overloaded                    503     overloaded
 
 Two families matter to the manager. A request's recoverable errors (4xx, `EngineError`)
@@ -177,6 +178,14 @@ class HubUnreachable(JugglerError):
 
     status = 502
     code = "hub_unreachable"
+    type = "server_error"
+
+
+class InsufficientStorage(JugglerError):
+    """A model file could not be written: the disk (or a quota) is full."""
+
+    status = 507
+    code = "insufficient_storage"
     type = "server_error"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from juggler.config import juggler_home
 from juggler.errors import CheckpointMissing
-from juggler.registry.locks import exclusive, temp_beside
+from juggler.registry.locks import disk_errors, exclusive, temp_beside
 from juggler.types import ModelInfo
 
 _HF_RE = re.compile(
@@ -113,8 +113,9 @@ def _resolve_package(ref: PackageRef) -> Path:
             return target  # written whole by the rename below
         partial = temp_beside(target)
         try:
-            assemble(partial, overwrite=True)
-            partial.replace(target)  # atomic: readers see no file or the whole file
+            with disk_errors(str(target)):
+                assemble(partial, overwrite=True)
+                partial.replace(target)  # atomic: readers see no file or the whole file
         except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:
             raise CheckpointMissing(
                 f"cannot assemble {ref.file!r} from {ref.package!r}: {exc}"

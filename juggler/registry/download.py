@@ -17,7 +17,7 @@ import httpx
 
 from juggler.errors import CheckpointMissing, HubUnreachable
 from juggler.registry.checkpoint import HfRef, hf_cache_dir
-from juggler.registry.locks import exclusive, temp_beside
+from juggler.registry.locks import disk_errors, exclusive, temp_beside
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -89,8 +89,10 @@ def _download(
                 return target
             partial = temp_beside(target)
             try:
-                _fetch(http, f"{endpoint}/{ref.repo_id}/resolve/main/{name}", partial, on_progress)
-                partial.replace(target)
+                with disk_errors(str(target)):
+                    url = f"{endpoint}/{ref.repo_id}/resolve/main/{name}"
+                    _fetch(http, url, partial, on_progress)
+                    partial.replace(target)
             finally:
                 partial.unlink(missing_ok=True)
         return target

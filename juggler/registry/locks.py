@@ -11,12 +11,15 @@ twice). Whoever gets the lock second finds the file written and uses it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import secrets
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+from juggler.errors import InsufficientStorage
 
 _guard = threading.Lock()
 _locks: dict[Path, threading.Lock] = {}
@@ -39,6 +42,17 @@ def exclusive(target: Path) -> Iterator[None]:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+@contextlib.contextmanager
+def disk_errors(what: str) -> Iterator[None]:
+    """Turn a full disk or quota while writing `what` into a clear InsufficientStorage."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise InsufficientStorage(f"no space left to write {what}: {exc.strerror}") from exc
+        raise
 
 
 def temp_beside(target: Path) -> Path:
