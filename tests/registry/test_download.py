@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from juggler.errors import CheckpointMissing, HubUnreachable
+from juggler.errors import CheckpointMissing, HubUnreachable, InsufficientStorage
 from juggler.registry.checkpoint import HfRef, resolve_path
 from juggler.registry.download import choose_file, download
 
@@ -94,3 +96,26 @@ def test_an_unreachable_hub_is_a_clear_502(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(HubUnreachable, match="cannot reach the model hub") as err:
         download(HfRef("org", "repo", None), endpoint="http://127.0.0.1:9")
     assert err.value.status == 502
+
+
+def test_a_full_disk_is_a_clear_507_and_leaves_no_partial_file(
+    hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10's chaos: "fill the disk during a pull"."""
+    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
+    real_open = Path.open
+
+    def full_disk(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "w" in mode and self.name.endswith(".tmp"):
+            f = real_open(self, mode, *args, **kwargs)
+            f.write(b"GG")  # a partial file exists when the disk fills up
+            f.close()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", full_disk)
+    with pytest.raises(InsufficientStorage, match="no space left") as err:
+        download(HfRef("acme", "tiny-GGUF", "Q8_0"), endpoint=hub)
+    assert err.value.status == 507
+    left = [p.name for p in tmp_path.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    assert left == []
