@@ -30,6 +30,8 @@ class Rig:
         cache_cells: int | None = None,
         parked_cells: int = 0,
         faults: Faults | None = None,
+        max_waiting: int = 256,
+        queue_timeout_s: float = 60.0,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.fake = FakeLlama(faults)
@@ -44,6 +46,8 @@ class Rig:
             parked_cells=parked_cells,
             idle_wait_s=0.0,
             eager_grace_s=0.0,
+            max_waiting=max_waiting,
+            queue_timeout_s=queue_timeout_s,
         )
         self.worker = Worker(0, self.fake, config, template(), self.loop, self.notices.append)
         self.worker.open()

@@ -171,20 +171,6 @@ def test_input_while_generating_is_a_conflict() -> None:
     asyncio.run(go())
 
 
-def test_when_sessions_hold_every_sequence_a_new_one_is_overloaded() -> None:
-    async def go() -> None:
-        rig = Rig(n_seq_max=2)
-        await create(rig, "a")
-        await create(rig, "b")
-        reply = rig.reply()
-        await rig.send(CreateSession("c", reply))
-        with pytest.raises(Overloaded):
-            answer(reply)
-        assert any(isinstance(n, SessionGone) and n.session_id == "c" for n in rig.notices)
-
-    asyncio.run(go())
-
-
 def test_end_of_generation_and_stop_strings_finish_with_stop() -> None:
     async def go() -> None:
         rig = Rig()

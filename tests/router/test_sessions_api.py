@@ -79,3 +79,33 @@ def test_unknown_session_is_404_and_bad_create_is_400(server: RunningServer) -> 
         missing = c.post("/api/v1/sessions", json={"model": "no-such-model"})
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_idle_sessions_holding_every_sequence_never_make_a_chat_wait(
+    server: RunningServer,
+) -> None:
+    """Issue 10, point 2: "Eight idle sessions (the default `--parallel 8`) hold every
+    sequence slot and every ordinary chat request then waits forever." Now the least
+    recently used idle session is parked (KV to host memory) and the chat answers; every
+    session then continues (tests/engine/test_session_parking.py shows the answers are
+    exactly those without parking)."""
+    chat = {
+        "model": DEFAULT_MODEL,
+        "messages": [{"role": "user", "content": "Name a colour."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    with server.client(timeout=60) as c:
+        sids = []
+        for i in range(5):  # the fixture's backend has 4 sequences
+            sid = c.post("/api/v1/sessions", json={"model": DEFAULT_MODEL}).json()["session_id"]
+            c.post(f"/api/v1/sessions/{sid}/input", json={"text": f"Story {i}: once upon"})
+            assert generate(c, sid, 4)[-1].get("done") is True
+            sids.append(sid)
+        r = c.post("/v1/chat/completions", json=chat)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"]
+        for sid in sids:  # each one continues: restored, or its KV decoded again
+            assert generate(c, sid, 4)[-1].get("done") is True
+        for sid in sids:
+            assert c.delete(f"/api/v1/sessions/{sid}").status_code == 200

@@ -35,6 +35,9 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
         "kv_compactions_total": sum(s.num_compactions for s in snaps),
         "parked_sequences": sum(s.num_parked for s in snaps),
         "parked_cells": sum(s.parked_cells for s in snaps),
+        "parked_sessions": sum(s.num_parked_sessions for s in snaps),
+        "session_parks_total": sum(s.session_parks for s in snaps),
+        "session_restores_total": sum(s.session_restores for s in snaps),
     }
 
 

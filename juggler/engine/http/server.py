@@ -49,7 +49,9 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.exception_handler(JugglerError)
     async def on_juggler_error(request: Request, exc: JugglerError) -> JSONResponse:
-        return JSONResponse(render(exc), status_code=exc.status)
+        retry_after = getattr(exc, "retry_after_s", None)
+        headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
+        return JSONResponse(render(exc), status_code=exc.status, headers=headers)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 #: How long a worker waits for commands when it has nothing to do; after that long
 #: idle it parks cached prefixes and compacts its KV cells (see `kv`).
 IDLE_WAIT_S = 0.5
+#: Stateless requests a worker lets wait for a sequence or cells; more are refused (429).
+MAX_WAITING = 256
+#: How long a stateless request may wait for a sequence or cells before a 429.
+QUEUE_TIMEOUT_S = 60.0
 #: How long an idle worker waits for a generate before prefilling appended input alone.
 EAGER_PREFILL_GRACE_S = 0.03
 
@@ -25,6 +29,8 @@ class WorkerConfig:
     #: Tokens of cached prefixes parked outside the KV cache when idle; None: n_ctx.
     parked_cells: int | None = None
     idle_wait_s: float = IDLE_WAIT_S
+    max_waiting: int = MAX_WAITING
+    queue_timeout_s: float = QUEUE_TIMEOUT_S
     eager_grace_s: float = EAGER_PREFILL_GRACE_S
 
 
@@ -43,6 +49,10 @@ class WorkerSnapshot:
     num_compactions: int = 0
     num_parked: int = 0
     parked_cells: int = 0
+    #: API sessions parked in host memory, and how often sessions were parked / restored.
+    num_parked_sessions: int = 0
+    session_parks: int = 0
+    session_restores: int = 0
 
 
 class Clock:

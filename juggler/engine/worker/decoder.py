@@ -74,7 +74,7 @@ class Decoder:
         work = [
             batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits)
             for s in sorted(self.table.values(), key=lambda s: s.seq_id)
-            if s.state is not SessionState.CACHED and s.pending
+            if s.state is not SessionState.CACHED and s.pending and s.has_seq
         ]
         demand = min(sum(batching.schedulable(w) for w in work), self.batch.capacity)
         free = self.kv.make_room(demand)

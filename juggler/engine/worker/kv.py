@@ -3,7 +3,7 @@
 `KvBook` owns the KV side of a worker (on its thread only): counting cells, the one
 rollback of a sequence (`rollback`), cached sequences of finished stateless requests
 (reuse, eviction, their cell budget and the recent hit rate that decides it), parking
-cached prefixes in host memory, and compaction. Which session holds which sequence is
+cached prefixes and idle sessions in host memory, and compaction. Which session holds which sequence is
 the `SessionTable`'s; the choices themselves are the pure functions of `prefix_cache`.
 
 Keeping cells lean matters because with a unified KV cache every decode attends over all
@@ -29,7 +29,7 @@ from juggler.engine.cache.prefix_cache import (
     over_budget,
 )
 from juggler.engine.llama.ports import LlamaContext
-from juggler.engine.worker.session import Session, SessionState
+from juggler.engine.worker.session import NO_SEQ, Session, SessionState
 from juggler.engine.worker.table import SessionTable
 
 log = logging.getLogger(__name__)
@@ -55,11 +55,13 @@ class KvBook:
         self.recent_hits: collections.deque[bool] = collections.deque(maxlen=HIT_WINDOW)
         self.parked = ParkedStore(parked_cells)
         self.num_compactions = 0
+        self.num_session_parks = 0
+        self.num_session_restores = 0
         self._removals_at_compaction = 0
 
     # -- counting --------------------------------------------------------------------
     def used(self) -> int:
-        return sum(len(s.tokens) for s in self.table.values())
+        return sum(len(s.tokens) for s in self.table.values() if s.has_seq)
 
     def free(self) -> int:
         return self.n_ctx - self.used()
@@ -69,7 +71,7 @@ class KvBook:
         return sum(
             len(s.tokens) + len(s.pending)
             for s in self.table.values()
-            if s.state is not SessionState.CACHED
+            if s.state is not SessionState.CACHED and s.has_seq
         )
 
     # -- editing one sequence ------------------------------------------------------------
@@ -91,7 +93,35 @@ class KvBook:
     def release(self, s: Session) -> None:
         """Remove a session and every cell of its sequence."""
         self.table.remove(s)
+        if s.has_seq:  # seq_rm(-1, ...) would clear every sequence
+            self.ctx.seq_rm(s.seq_id, -1, -1)
+
+    # -- parked sessions (see `session`) -------------------------------------------------
+    def park_session(self, s: Session) -> None:
+        """Copy an idle session's KV out to host memory and free its sequence."""
+        assert s.has_seq and s.generation is None
+        state = self.ctx.seq_state(s.seq_id) if s.tokens else None
         self.ctx.seq_rm(s.seq_id, -1, -1)
+        if state is None and s.tokens:  # could not be copied: decode it again later
+            s.pending[:0] = s.tokens
+            s.tokens.clear()
+        s.parked_kv = state
+        s.seq_id = NO_SEQ
+        self.num_session_parks += 1
+
+    def unpark_session(self, s: Session, seq_id: int) -> None:
+        """Give a parked session the free sequence `seq_id` and copy its KV back in;
+        if it does not fit or cannot be restored, its tokens are decoded again."""
+        assert not s.has_seq
+        state, s.parked_kv = s.parked_kv, None
+        fits = bool(s.tokens) and self.make_room(len(s.tokens)) >= len(s.tokens)
+        s.seq_id = seq_id
+        self.num_session_restores += 1
+        if not s.tokens or (fits and self.ctx.restore_seq_state(seq_id, state)):
+            return
+        self.ctx.seq_rm(seq_id, -1, -1)
+        s.pending[:0] = s.tokens
+        s.tokens.clear()
 
     # -- cached sequences ------------------------------------------------------------------
     def evict(self, seq_id: int) -> list[int]:
@@ -228,7 +258,7 @@ class KvBook:
             return 0
         moved = 0
         for s in sorted(self.table.values(), key=lambda s: s.seq_id):
-            if not s.tokens:
+            if not s.tokens or not s.has_seq:
                 continue
             state = self.ctx.seq_state(s.seq_id)
             if state is None:

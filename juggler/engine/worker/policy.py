@@ -15,14 +15,18 @@ clear, no dropping of a live session's KV:
   stateless request instead waits while other generations run, since they free cells).
 - If running generations still exhaust the cells, the generations that cannot get a cell
   end with a `context_length_exceeded` error event; their sessions keep their KV.
-Idle sessions are never reclaimed behind the client's back: end them (DELETE) to free
-their cells.
+Idle sessions are never ended behind the client's back: end them (DELETE) to free their
+cells. But an idle session may be *parked* (`park_victim`): when every sequence is held and
+work needs one, the least recently used idle session's KV moves to host memory and comes
+back on its next input, so idle sessions never make other requests wait.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
+from juggler.engine.worker.session import Session, SessionState
 from juggler.errors import ContextOverflow
 
 
@@ -42,6 +46,22 @@ def admit_stateless(
     if live_cells + num_prompt + 1 <= n_ctx:
         return Admission.ADMIT
     return Admission.WAIT if is_generating else Admission.REFUSE
+
+
+def park_victim(sessions: Iterable[Session], *, keep: Session | None = None) -> Session | None:
+    """The session to park so that a sequence frees up: the least recently used idle API
+    session holding one (never `keep`, the session asking); None if every sequence is
+    generating or belongs to a stateless request."""
+    idle = [
+        s
+        for s in sessions
+        if s is not keep
+        and s.has_seq
+        and not s.is_ephemeral
+        and s.state is SessionState.IDLE
+        and s.generation is None
+    ]
+    return min(idle, key=lambda s: s.last_used, default=None)
 
 
 def room_error(*, held: int, num_new: int, live_cells: int, n_ctx: int) -> ContextOverflow | None:

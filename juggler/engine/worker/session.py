@@ -9,6 +9,12 @@ Lifecycle (`SessionState`):
     CACHED --a request reuses its prefix--> GENERATING
     IDLE --end--> CLOSED ;  CACHED --evicted--> CLOSED
 
+Parking (issue 10: idle sessions must never starve stateless requests of sequences): an
+IDLE API session may lose its sequence (`seq_id == NO_SEQ`) while keeping its KV in host
+memory (`parked_kv`, a copy of the sequence's state); `tokens` then is what that copy
+holds. Its next /input or /generate takes a sequence again and copies the KV back in (or,
+if that cannot be done, decodes `tokens` again): the conversation is never lost.
+
 KV discipline: `tokens` is exactly what the sequence holds in the KV cache, at positions
 0..n_past-1; the next token always goes in at `pos = n_past`. `pending` is input (or the
 last sampled token) not yet decoded. A sampled token enters `pending` and is decoded on
@@ -19,11 +25,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from juggler.engine.llama.chat import ChatState
 from juggler.engine.llama.ports import Logits, TokenSampler
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, Utf8Assembler
 from juggler.engine.schedule.stream import StreamSink
+
+#: `Session.seq_id` of a parked session: it holds no sequence of the KV cache.
+NO_SEQ = -1
 
 
 class SessionState(enum.Enum):
@@ -76,6 +86,13 @@ class Session:
     spec_header: tuple[str, int] | None = None
     #: The logits after the last decoded token, when a speculative prefill ended there.
     saved_logits: Logits | None = None
+    #: A parked session's KV, copied out of its former sequence (None: nothing to copy).
+    parked_kv: Any = None
+
+    @property
+    def has_seq(self) -> bool:
+        """It holds a sequence of the KV cache (is not parked)."""
+        return self.seq_id != NO_SEQ
 
     @property
     def needs_logits(self) -> bool:

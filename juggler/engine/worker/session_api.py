@@ -26,7 +26,7 @@ from juggler.engine.schedule.messages import (
     SessionGone,
 )
 from juggler.engine.schedule.outbox import Outbox
-from juggler.engine.worker.config import Clock
+from juggler.engine.worker.config import MAX_WAITING, QUEUE_TIMEOUT_S, Clock
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.inputs import SessionInputs
 from juggler.engine.worker.kv import KvBook
@@ -35,10 +35,17 @@ from juggler.engine.worker.policy import (
     admit_stateless,
     full_message,
     overflow_message,
+    park_victim,
 )
-from juggler.engine.worker.session import Session
+from juggler.engine.worker.session import NO_SEQ, Session
 from juggler.engine.worker.table import SessionTable
-from juggler.errors import BadRequest, Conflict, ContextOverflow, JugglerError, Overloaded
+from juggler.errors import (
+    BadRequest,
+    Conflict,
+    ContextOverflow,
+    JugglerError,
+    TooManyRequests,
+)
 
 
 class SessionApi:
@@ -52,6 +59,9 @@ class SessionApi:
         notify: Callable[[Notice], None],
         clock: Clock,
         worker_id: int = 0,
+        *,
+        max_waiting: int = MAX_WAITING,
+        queue_timeout_s: float = QUEUE_TIMEOUT_S,
     ) -> None:
         self.table = table
         self.kv = kv
@@ -61,25 +71,55 @@ class SessionApi:
         self.notify = notify
         self.clock = clock
         self.worker_id = worker_id
-        #: Stateless requests waiting for a sequence or for KV cells.
+        self.max_waiting = max_waiting
+        self.queue_timeout_s = queue_timeout_s
+        #: Stateless requests waiting for a sequence or for KV cells, and since when.
         self.waiting: collections.deque[Complete] = collections.deque()
+        self._enqueued_at: dict[str, float] = {}
 
     def create(self, cmd: CreateSession) -> None:
-        seq = self.kv.take_seq()
-        if seq is None:
-            self.notify(SessionGone(cmd.session_id, self.worker_id))
-            raise Overloaded(
-                "every sequence of this backend is held by a live session; "
-                "end a session or start the backend with a larger --parallel"
-            )
-        s = Session(cmd.session_id, seq, last_used=self.clock.tick)
+        """A new session on a free sequence (parking the least recently used idle session
+        if every sequence is held); if all are generating, it starts parked and takes a
+        sequence on its first input."""
+        seq = self._free_seq()
+        s = Session(cmd.session_id, NO_SEQ if seq is None else seq, last_used=self.clock.tick)
         self.table.add(s)
         self.outbox.resolve(cmd.reply, {"session_id": s.session_id})
+
+    def _free_seq(self, keep: Session | None = None) -> int | None:
+        """A sequence id nobody holds: free, else a cached one's, else the least recently
+        used idle session's, parked for it; None when every sequence is generating."""
+        seq = self.kv.take_seq()
+        if seq is None:
+            victim = park_victim(self.table.values(), keep=keep)
+            if victim is not None:
+                self.inputs.drop_speculation(victim)
+                self.kv.park_session(victim)
+                seq = self.kv.take_seq()
+        return seq
+
+    def _unpark(self, s: Session, *, required: bool) -> None:
+        """Give a parked session a sequence back (and its KV). Without one free, a
+        generate is refused with 429 (every sequence is generating: one ends soon);
+        appended input just waits as pending input of the parked session."""
+        if s.has_seq:
+            return
+        seq = self._free_seq(keep=s)
+        if seq is None:
+            if required:
+                raise TooManyRequests(
+                    "every sequence of this backend is generating; retry shortly "
+                    "(or start the backend with a larger --parallel)",
+                    retry_after_s=1,
+                )
+            return
+        self.kv.unpark_session(s, seq)
 
     def append(self, cmd: AppendInput) -> None:
         s = self.table.api_session(cmd.session_id)
         if s.generation is not None:
             raise Conflict("the session is generating; cancel it or wait for it to finish")
+        self._unpark(s, required=False)
         num_new = self.inputs.append(s, cmd.text, cmd.messages)
         s.last_used = self.clock.tick
         self.outbox.resolve(
@@ -93,6 +133,7 @@ class SessionApi:
         s = self.table.api_session(cmd.session_id)
         if s.generation is not None:
             raise Conflict("the session is already generating")
+        self._unpark(s, required=True)
         continues, saved = self.inputs.prepare_generate(s)
         if not s.pending and saved is not None:
             # The speculative prefill already produced this turn's logits.
@@ -128,12 +169,20 @@ class SessionApi:
     # -- stateless requests --------------------------------------------------------------
     def admit_waiting(self) -> None:
         """Start waiting stateless requests in order while sequences and cells allow (see
-        `policy.admit_stateless`); a request that can never fit is refused."""
+        `policy.admit_stateless`), parking idle sessions for a sequence; a request that
+        can never fit is refused, one whose client left is dropped, and one that waited
+        `queue_timeout_s` is answered 429."""
+        self._expire_waiting()
         while self.waiting:
             cmd = self.waiting[0]
             reuse = self.kv.reuse_for(cmd.prompt)
             if reuse.key is None:
-                return  # every sequence is busy
+                victim = park_victim(self.table.values())
+                if victim is None:
+                    return  # every sequence is generating: one ends soon
+                self.inputs.drop_speculation(victim)
+                self.kv.park_session(victim)
+                continue
             live = self.kv.live()
             verdict = admit_stateless(
                 live_cells=live,
@@ -144,11 +193,44 @@ class SessionApi:
             if verdict is Admission.WAIT:
                 return
             self.waiting.popleft()
+            self._enqueued_at.pop(cmd.request_id, None)
             if verdict is Admission.REFUSE:
                 error = full_message(live, len(cmd.prompt) + 1, self.kv.n_ctx)
                 self.refuse_stateless(cmd, ContextOverflow(error))
             else:
                 self.start_stateless(cmd, reuse)
+
+    def enqueue(self, cmd: Complete) -> None:
+        """A stateless request joins the wait; past `max_waiting` it is refused (429)."""
+        if len(self.waiting) >= self.max_waiting:
+            raise TooManyRequests(
+                f"{len(self.waiting)} requests are already waiting on this backend; retry later",
+                retry_after_s=1,
+            )
+        self.waiting.append(cmd)
+        self._enqueued_at[cmd.request_id] = self.clock.now()
+
+    def _expire_waiting(self) -> None:
+        if not self.waiting:
+            return
+        now = self.clock.now()
+        kept: collections.deque[Complete] = collections.deque()
+        for cmd in self.waiting:
+            if cmd.sink.is_cancelled:  # the client went away: it holds nothing any more
+                self.outbox.reject(cmd.reply, JugglerError("the client went away"))
+                self.notify(RequestDone(cmd.request_id, self.worker_id))
+            elif now - self._enqueued_at.get(cmd.request_id, now) > self.queue_timeout_s:
+                error = TooManyRequests(
+                    f"no sequence of this backend was free for {self.queue_timeout_s:.0f} s; "
+                    "retry later",
+                    retry_after_s=5,
+                )
+                self.refuse_stateless(cmd, error)
+            else:
+                kept.append(cmd)
+                continue
+            self._enqueued_at.pop(cmd.request_id, None)
+        self.waiting = kept
 
     def start_stateless(self, cmd: Complete, reuse: Reuse) -> None:
         """Start a stateless request on the sequence `reuse` chose, keeping its cached

@@ -48,7 +48,11 @@ class SessionTable:
         return [i for i in range(self.n_seq_max) if i not in used]
 
     def by_seq(self) -> dict[int, Session]:
-        return {s.seq_id: s for s in self._sessions.values()}
+        return {s.seq_id: s for s in self._sessions.values() if s.has_seq}
+
+    def num_parked(self) -> int:
+        """API sessions parked in host memory (holding no sequence)."""
+        return sum(1 for s in self._sessions.values() if not s.has_seq)
 
     # -- cached sequences (finished stateless requests whose KV is kept) ---------------
     def cached(self) -> list[CachedSeq]:

@@ -125,7 +125,16 @@ class Worker(OwnerThread):
             self.model, self.ctx, self.kv, self.outbox, self.notify, self.clock, wid
         )
         self.api = SessionApi(
-            self.table, self.kv, inputs, self.gens, self.outbox, self.notify, self.clock, wid
+            self.table,
+            self.kv,
+            inputs,
+            self.gens,
+            self.outbox,
+            self.notify,
+            self.clock,
+            wid,
+            max_waiting=cfg.max_waiting,
+            queue_timeout_s=cfg.queue_timeout_s,
         )
         self.decoder = Decoder(
             self.ctx,
@@ -172,6 +181,7 @@ class Worker(OwnerThread):
         return bool(self.api.waiting) or any(
             s.generation is not None or len(s.pending) > 1 or (s.needs_logits and s.pending)
             for s in self.table.values()
+            if s.has_seq
         )
 
     def step(self) -> None:
@@ -215,6 +225,9 @@ class Worker(OwnerThread):
             num_compactions=self.kv.num_compactions,
             num_parked=len(parked.entries),
             parked_cells=parked.cells,
+            num_parked_sessions=table.num_parked(),
+            session_parks=self.kv.num_session_parks,
+            session_restores=self.kv.num_session_restores,
         )
 
     # -- commands --------------------------------------------------------------------------
@@ -259,7 +272,7 @@ class Worker(OwnerThread):
                 case Shutdown():
                     self.is_stopping = True
                 case Complete():
-                    self.api.waiting.append(cmd)
+                    self.api.enqueue(cmd)
                 case CreateSession():
                     self.api.create(cmd)
                 case AppendInput():
