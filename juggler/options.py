@@ -131,6 +131,11 @@ LoadOverrides: type[BaseModel] = create_model(  # type: ignore[call-overload]
 #: Settings that are per-model options, in declaration order.
 MODEL_OPTION_KEYS: tuple[str, ...] = tuple(ModelOptions.model_fields)
 
+#: Per-model options whose server-wide setting is not a default but a live switch of its
+#: own: a model's `auto_evict` says that this model opted in; the global `auto_evict`
+#: (Settings, changed at run time by /internal/set) opts every model in.
+PER_MODEL_ONLY = frozenset({"auto_evict"})
+
 #: Options declared but not built yet, with why: a value other than the default is
 #: refused (400 on /load, an error in the config) instead of being accepted and ignored.
 UNBUILT_SETTINGS: dict[str, str] = {
@@ -144,7 +149,7 @@ def resolve(defaults: BaseModel, overrides: BaseModel | dict[str, Any] | None) -
     """Seed 000's priority order: `overrides` (a /load body) > `defaults` (Settings:
     CLI > env > config file > built-in). Raises BadRequest naming a bad field."""
     given = overrides.model_dump() if isinstance(overrides, BaseModel) else dict(overrides or {})
-    merged = {k: getattr(defaults, k) for k in MODEL_OPTION_KEYS}
+    merged = {k: getattr(defaults, k) for k in MODEL_OPTION_KEYS if k not in PER_MODEL_ONLY}
     for key, value in given.items():
         if value is not None and key in UNBUILT_SETTINGS:
             raise NotImplementedParam(key, UNBUILT_SETTINGS[key])

@@ -1,5 +1,6 @@
 """What the owner task does to the table: hand out leases, take loads off the queue and
-start them, evict and stop servers, drop dead ones, unload idle ones.
+start them, evict and stop servers, drop dead ones (seed 002's memory management is
+eviction_engine.py).
 
 `Actions` runs in the owner task only (owner.py calls it from its message handlers), so
 it is part of the table's single writer; its slow parts (starting and stopping
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -20,8 +20,8 @@ from juggler.manager import messages as m
 from juggler.manager import tasks
 from juggler.manager.lease import Lease
 from juggler.manager.load_queue import LoadJob, LoadQueue
-from juggler.manager.policy import Decision, Verdict, decide, idle_victims
-from juggler.manager.snapshot import ServerState
+from juggler.manager.policy import Decision, Verdict, decide
+from juggler.manager.snapshot import MemState, ServerState
 from juggler.manager.spawner import Spawner
 from juggler.manager.table import ServerTable
 from juggler.manager.wrapped import WrappedServer
@@ -60,8 +60,6 @@ class Actions:
         #: Per evicting server: done when its process is gone.
         self.stopped: dict[int, asyncio.Future[None]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a helper task (kept until it ends; cancelled at shutdown)."""
@@ -83,6 +81,11 @@ class Actions:
         if settle(future, lease):
             server.in_flight += 1
             self.table.touch(server)  # a request's start is a use (seed 000)
+            if server.memory is not MemState.ACTIVE:
+                # Seed 002: "The next request transparently restores it": the backend
+                # brings its contexts back itself; the request is served at once.
+                server.memory = MemState.ACTIVE
+                self.table.counters["restores"] += 1
 
     # -- loads ---------------------------------------------------------------------------
     def pump(self, limits: tuple[int, ...]) -> None:
@@ -186,28 +189,3 @@ class Actions:
         self.table.remove(server.server_id)
         if server.process is not None:
             server.process.kill_now()  # what is left of its process group
-
-    def evict_idle(self) -> None:
-        """Seed 002's hard idle timeout for `auto_evict` servers, and the timer for the
-        next one (its Tick message makes the owner run this again)."""
-        victims, next_at = idle_victims(self.table.views(), time.time())
-        by_name = self.table.ready_by_name()
-        for name in victims:
-            log.info("manager: %s idle past its evict_idle_timeout; unloading", name)
-            self.table.counters["idle_evictions"] += 1
-            self.evict(by_name[name])
-        if next_at == self._timer_at:
-            return
-        self.cancel_timer()
-        self._timer_at = next_at
-        if next_at is not None:
-            delay = max(0.0, next_at - time.time()) + 0.01
-            self._timer = asyncio.get_running_loop().call_later(delay, self.post, m.Tick())
-
-    def on_timer(self) -> None:
-        self._timer = self._timer_at = None
-
-    def cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._timer_at = None

@@ -24,11 +24,13 @@ from juggler.config import Settings, parse_max_loaded_models
 from juggler.errors import BadRequest, JugglerError
 from juggler.manager import messages as m
 from juggler.manager.lease import Lease
+from juggler.manager.memory import MemorySource, choose_source
+from juggler.manager.monitor import INTERVAL_S, Monitor
 from juggler.manager.owner import Owner
 from juggler.manager.policy import all_slots_pinned
 from juggler.manager.process import ProcessSpawner
 from juggler.manager.recipes import LaunchPlan, Resolver, plan_launch
-from juggler.manager.snapshot import ServerSnapshot, TableSnapshot
+from juggler.manager.snapshot import MemoryStatus, ServerSnapshot, TableSnapshot
 from juggler.manager.spawner import Spawner
 from juggler.manager.table import ServerTable
 from juggler.options import ModelOptions
@@ -69,11 +71,17 @@ class Manager:
         resolve: Resolver | None = None,
         spawner: Spawner | None = None,
         log_dir: Path | None = None,
+        memory_source: MemorySource | None = None,
+        monitor_interval_s: float = INTERVAL_S,
     ) -> None:
         self.settings = settings
         self.registry = registry
         self._resolve = resolve
         self._spawner: Spawner = spawner or ProcessSpawner()
+        #: Where memory pressure is read (chosen at start unless given).
+        self.memory_source = memory_source
+        self._monitor_interval_s = monitor_interval_s
+        self._monitor: Monitor | None = None
         self._log_dir = log_dir
         self._owns_log_dir = log_dir is None
         self._inbox: asyncio.Queue[m.Message] = asyncio.Queue()
@@ -90,6 +98,9 @@ class Manager:
         self._inbox = asyncio.Queue()  # bound to this loop
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="juggler-backends-"))
+        if self.memory_source is None:
+            self.memory_source = await asyncio.to_thread(choose_source)
+        self._monitor = Monitor(self.memory_source, self._post, self._monitor_interval_s)
         owner = Owner(
             table=ServerTable(self._log_dir),
             spawner=self._spawner,
@@ -98,6 +109,9 @@ class Manager:
             inbox=self._inbox,
             post=self._post,
             publish=self._on_publish,
+            monitor=self._monitor,
+            auto_evict=self.settings.auto_evict,
+            threshold=self.settings.auto_evict_threshold_pct,
         )
         self._task = asyncio.create_task(owner.run(), name="juggler-manager")
 
@@ -183,6 +197,33 @@ class Manager:
         except ValueError as exc:
             raise BadRequest(f"max_loaded_models: {exc}", param="max_loaded_models") from None
         await self._ask(lambda f: m.SetLimits(parsed, f))
+
+    async def set_memory_config(
+        self, *, auto_evict: bool | None = None, threshold: float | None = None
+    ) -> None:
+        """Seed 002's global switch and threshold, at run time (None: unchanged). Turning
+        `auto_evict` on starts the memory monitor; off stops it unless a model opted in
+        on its own. Raises BadRequest for a threshold outside (0, 1]."""
+        if threshold is not None and not 0 < threshold <= 1:
+            raise BadRequest(
+                "auto_evict_threshold_pct must be above 0 and at most 1",
+                param="auto_evict_threshold_pct",
+            )
+        await self._ask(lambda f: m.SetMemory(auto_evict, threshold, f))
+
+    async def simulate_pressure(self, pct: float) -> list[tuple[str, str]]:
+        """Lemonade's `/internal/simulate-vram-pressure`: `pct` (a 0..1 fraction) at or
+        above the threshold runs one pressure step as if memory use were `pct`; -1 runs
+        the idle timeouts now; any other value does nothing. Returns the (model, action)
+        pairs taken, once downsizes are done and evictions have started."""
+        sample = await self._monitor.sample_now() if self._monitor is not None else None
+        total = sample.total_bytes if sample is not None else 0
+        done: list[tuple[str, str]] = await self._ask(lambda f: m.Simulate(pct, total, f))
+        return done
+
+    def memory_status(self) -> MemoryStatus | None:
+        """The global switch, threshold, source and last sample (health)."""
+        return self._published.memory
 
     async def report_backend_failure(self, lease: Lease) -> None:
         """The router could not reach `lease`'s backend. The owner checks it: a dead

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from juggler.manager.lease import Lease
 from juggler.manager.load_queue import LoadJob
+from juggler.manager.memory import MemorySample
 from juggler.manager.recipes import LaunchPlan
 from juggler.manager.snapshot import ServerSnapshot
 from juggler.manager.spawner import BackendProcess
@@ -35,6 +36,10 @@ class MsgKind(enum.Enum):
     PROBE_FAILED = "probe_failed"  # probe task: the backend does not answer
     TICK = "tick"  # idle timer: an auto_evict server may have reached its idle timeout
     RESTART_DUE = "restart_due"  # watchdog timer: restart a model whose backend died
+    SET_MEMORY = "set_memory"  # caller: /internal/set auto_evict, auto_evict_threshold_pct
+    SIMULATE = "simulate"  # caller: /internal/simulate-vram-pressure
+    MEMORY_SAMPLED = "memory_sampled"  # monitor: a memory usage sample
+    DOWNSIZE_DONE = "downsize_done"  # downsize task: the backend freed its contexts, or not
     STOP = "stop"  # Manager.stop
 
 
@@ -136,6 +141,40 @@ class Tick:
 
 
 @dataclass(eq=False)
+class SetMemory:
+    kind: ClassVar[MsgKind] = MsgKind.SET_MEMORY
+    #: None leaves a value as it is.
+    auto_evict: bool | None
+    threshold: float | None
+    future: asyncio.Future[None]
+
+
+@dataclass(eq=False)
+class Simulate:
+    kind: ClassVar[MsgKind] = MsgKind.SIMULATE
+    #: Lemonade's `pct`: at or above the threshold, one pressure step as if usage were
+    #: `pct`; -1, the idle timeouts now; anything else, nothing.
+    pct: float
+    #: The source's total, to turn `pct` into bytes (downsizing is weighed in bytes).
+    total_bytes: int
+    #: Answered with the actions taken, once downsizes are done and evictions started.
+    future: asyncio.Future[list[tuple[str, str]]]
+
+
+@dataclass(eq=False)
+class MemorySampled:
+    kind: ClassVar[MsgKind] = MsgKind.MEMORY_SAMPLED
+    sample: MemorySample
+
+
+@dataclass(eq=False)
+class DownsizeDone:
+    kind: ClassVar[MsgKind] = MsgKind.DOWNSIZE_DONE
+    server_id: int
+    is_downsized: bool
+
+
+@dataclass(eq=False)
 class RestartDue:
     kind: ClassVar[MsgKind] = MsgKind.RESTART_DUE
     name: str
@@ -162,5 +201,9 @@ Message = (
     | ProbeFailed
     | Tick
     | RestartDue
+    | SetMemory
+    | Simulate
+    | MemorySampled
+    | DownsizeDone
     | Stop
 )

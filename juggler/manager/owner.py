@@ -20,7 +20,9 @@ from juggler.errors import LoadFailed, ModelNotLoaded
 from juggler.manager import messages as m
 from juggler.manager import tasks
 from juggler.manager.actions import Actions, settle
+from juggler.manager.eviction_engine import EvictionEngine
 from juggler.manager.load_queue import LoadJob, LoadQueue
+from juggler.manager.monitor import Monitor
 from juggler.manager.policy import retry_after_failure
 from juggler.manager.snapshot import ServerState, TableSnapshot
 from juggler.manager.spawner import Spawner
@@ -42,6 +44,9 @@ class Owner:
         inbox: asyncio.Queue[m.Message],
         post: Callable[[m.Message], None],
         publish: Callable[[TableSnapshot], None],
+        monitor: Monitor,
+        auto_evict: bool = False,
+        threshold: float = 0.9,
     ) -> None:
         """`post` puts a message in `inbox` from any thread (leases may be released off
         the loop); `publish` receives the snapshot after every message."""
@@ -53,6 +58,9 @@ class Owner:
         self.loads = LoadQueue()
         self.act = Actions(table, self.loads, spawner, load_timeout_s, post)
         self.watchdog = Watchdog(post, table.counters)
+        self.engine = EvictionEngine(
+            table, self.act, monitor, auto_evict=auto_evict, threshold=threshold
+        )
         self._handlers: dict[m.MsgKind, Callable[[Any], None]] = {
             m.MsgKind.ACQUIRE: self.on_acquire,
             m.MsgKind.LEASE: self.on_lease,
@@ -68,13 +76,18 @@ class Owner:
             m.MsgKind.PROBE_FAILED: self.on_probe_failed,
             m.MsgKind.TICK: self.on_tick,
             m.MsgKind.RESTART_DUE: self.on_restart_due,
+            m.MsgKind.SET_MEMORY: self.engine.on_set,
+            m.MsgKind.SIMULATE: self.engine.on_simulate,
+            m.MsgKind.MEMORY_SAMPLED: lambda msg: self.engine.on_sample(msg.sample),
+            m.MsgKind.DOWNSIZE_DONE: self.engine.on_downsize_done,
         }
 
     async def run(self) -> None:
         """Handle messages until Stop. Each message: (1) dispatch it by kind, (2) take
         queued loads off the queue while none runs, deciding each as it leaves (seed 000),
-        (3) unload `auto_evict` servers idle past their timeout and arm the timer for the
-        next (seed 002), (4) publish an immutable snapshot for readers."""
+        (3) seed 002's idle timeouts (downsize, evict), the timer for the next one, and the
+        memory monitor on exactly while a model is opted in, (4) publish an immutable
+        snapshot for readers."""
         self._publish()
         while True:
             msg = await self.inbox.get()
@@ -88,13 +101,15 @@ class Owner:
                 else:
                     handler(msg)
                 self.act.pump(self.limits)  # 2.
-                self.act.evict_idle()  # 3.
+                self.engine.after_message()  # 3.
             except Exception:
                 log.exception("manager: handling %s failed", msg.kind.name)
             self._publish()  # 4.
 
     def _publish(self) -> None:
-        self.publish(self.table.snapshot(self.limits, len(self.loads), self.watchdog))
+        self.publish(
+            self.table.snapshot(self.limits, len(self.loads), self.watchdog, self.engine.status())
+        )
 
     # -- caller messages ---------------------------------------------------------------
     def on_acquire(self, msg: m.Acquire) -> None:
@@ -172,7 +187,7 @@ class Owner:
             settle(msg.future)
 
     def on_tick(self, msg: m.Tick) -> None:
-        self.act.on_timer()  # step 3 runs next and evicts
+        self.engine.on_timer()  # step 3 runs next and acts
 
     def on_restart_due(self, msg: m.RestartDue) -> None:
         restart = self.watchdog.take(msg.name)
@@ -270,7 +285,7 @@ class Owner:
     async def _shutdown(self, msg: m.Stop) -> None:
         """Fail every load and every caller still waiting, end the helper tasks, stop
         every backend process (SIGTERM, then SIGKILL); then answer Stop."""
-        self.act.cancel_timer()
+        await self.engine.close()
         self.watchdog.close()
         error = LoadFailed("The server is shutting down")
         for job in self.loads.drain():

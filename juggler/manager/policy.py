@@ -27,8 +27,8 @@ the order they apply:
 5. Busy protection: if any victim has a request in flight, nothing is evicted yet; the
    load waits (no timeout) and is decided again when something changes.
 
-`retry_after_failure` is seed 000's error rule for a load that failed; `idle_victims` is
-seed 002's hard idle timeout; `all_slots_pinned` is seed 002's pre-emptive warning.
+`retry_after_failure` is seed 000's error rule for a load that failed; `all_slots_pinned`
+is seed 002's pre-emptive warning. Seed 002's memory management is `pressure.py`.
 """
 
 from __future__ import annotations
@@ -61,9 +61,6 @@ class ServerView:
     in_flight: int = 0
     pinned: bool = False
     launch_key: Hashable = None
-    #: Opt-in memory management (seed 002): unloaded after this long idle.
-    auto_evict: bool = False
-    evict_idle_timeout_s: float = 300.0
 
     @property
     def is_busy(self) -> bool:
@@ -198,20 +195,3 @@ def all_slots_pinned(
     limit = limits.get(model_type, 1)
     same_type = [s for s in table if s.type == model_type]
     return limit != -1 and len(same_type) >= limit and all(s.pinned for s in same_type)
-
-
-def idle_victims(table: Sequence[ServerView], now: float) -> tuple[tuple[str, ...], float | None]:
-    """Seed 002's hard idle: an `auto_evict` server idle for `evict_idle_timeout` seconds is
-    unloaded. Busy and pinned servers never are. `now` is on the `last_use` clock. Returns
-    the victims and when the next server will reach its timeout (None: no timer needed)."""
-    victims: list[str] = []
-    next_at: float | None = None
-    for server in table:
-        if not server.auto_evict or server.pinned or server.is_busy:
-            continue
-        deadline = server.last_use + server.evict_idle_timeout_s
-        if deadline <= now:
-            victims.append(server.model_name)
-        elif next_at is None or deadline < next_at:
-            next_at = deadline
-    return tuple(victims), next_at

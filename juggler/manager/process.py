@@ -77,6 +77,7 @@ class ProcessHandle:
         self.pid: int | None = process.pid
         self.device = Device.NONE
         self.load_duration_s = 0.0
+        self.downsizable_bytes = 0
         self.log_path = log_path
 
     @property
@@ -101,6 +102,16 @@ class ProcessHandle:
                 _signal_group(self.process.pid, signal.SIGKILL)
                 await self.process.wait()
         self.kill_now()  # children of a `command` backend may outlive their leader
+
+    async def downsize(self, timeout_s: float) -> bool:
+        if not self.downsizable_bytes:
+            return False
+        try:
+            async with httpx.AsyncClient(trust_env=False, timeout=timeout_s) as client:
+                response = await client.post(self.url + "/internal/downsize")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
 
     def kill_now(self) -> None:
         _signal_group(self.process.pid, signal.SIGKILL)
@@ -148,6 +159,7 @@ class ProcessSpawner:
             raise
         reported = _reported_device(body) if plan.reports_device else None
         handle.device = reported or plan.device
+        handle.downsizable_bytes = _downsizable_bytes(body) if plan.reports_device else 0
         handle.load_duration_s = time.monotonic() - started
         return handle
 
@@ -187,6 +199,14 @@ async def _wait_healthy(handle: ProcessHandle, name: str, deadline: float) -> by
                 delay = min(delay * 2, 0.25)
     finally:
         exited.cancel()
+
+
+def _downsizable_bytes(body: bytes) -> int:
+    """What a llamacpp backend says a downsize frees (its /health `memory`)."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        memory = json.loads(body).get("memory") or {}
+        return max(0, int(memory.get("kv_bytes", 0)) + int(memory.get("compute_bytes", 0)))
+    return 0
 
 
 def _reported_device(body: bytes) -> Device | None:

@@ -35,6 +35,34 @@ class ServerState(enum.Enum):
     DEAD = "dead"
 
 
+class MemState(enum.Enum):
+    """Seed 002's soft idle, for a READY server. Allowed transitions:
+
+        active      -> downsizing   idle past downsize_idle_timeout, or memory pressure
+        downsizing  -> downsized    the backend freed its contexts (weights stay)
+        downsizing  -> active       the backend said no, or a request came meanwhile
+        downsized   -> active       a request: the backend restores its contexts itself
+
+    Only the owner task changes it.
+    """
+
+    ACTIVE = "active"
+    DOWNSIZING = "downsizing"
+    DOWNSIZED = "downsized"
+
+
+def health_status(state: ServerState, memory: MemState, in_flight: int) -> str:
+    """Issue 11: "Health shows `status` as one of loading, ready, in_use, downsizing,
+    downsized, evicting, unloaded"."""
+    if state is ServerState.READY:
+        if memory is not MemState.ACTIVE:
+            return str(memory.value)
+        return "in_use" if in_flight else "ready"
+    if state in (ServerState.LOADING, ServerState.EVICTING):
+        return str(state.value)
+    return "unloaded"
+
+
 @dataclass(frozen=True)
 class ServerSnapshot:
     """A copy of one WrappedServer at one moment; safe to keep and read anywhere."""
@@ -56,6 +84,11 @@ class ServerSnapshot:
     #: How many times this model has been loaded since the manager started.
     num_loads: int = 1
     load_duration_s: float | None = None
+    memory_state: MemState = MemState.ACTIVE
+    #: What a downsize frees (KV cache and compute buffers); 0: it cannot downsize.
+    downsizable_bytes: int = 0
+    #: Whether seed 002's memory management may downsize or evict it (auto_evict).
+    auto_evict: bool = False
 
     @property
     def is_busy(self) -> bool:
@@ -74,10 +107,34 @@ class ServerSnapshot:
             "backend_url": self.backend_url,
             "pid": self.pid,
             "pinned": self.pinned,
-            "status": self.status.value,
+            "status": health_status(self.status, self.memory_state, self.in_flight),
+            "auto_evict": self.auto_evict,
+            "downsizable_bytes": self.downsizable_bytes,
             "is_busy": self.is_busy,
             "in_flight": self.in_flight,
             "num_loads": self.num_loads,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryStatus:
+    """The global switch, the threshold, the source and what it last measured."""
+
+    auto_evict: bool
+    threshold: float
+    source: str
+    is_monitoring: bool
+    used_bytes: int | None = None
+    total_bytes: int | None = None
+
+    def to_health(self) -> dict[str, Any]:
+        return {
+            "auto_evict": self.auto_evict,
+            "auto_evict_threshold_pct": self.threshold,
+            "source": self.source,
+            "monitoring": self.is_monitoring,
+            "used_bytes": self.used_bytes,
+            "total_bytes": self.total_bytes,
         }
 
 
@@ -101,6 +158,8 @@ class TableSnapshot:
     restarting: tuple[tuple[str, int, float], ...] = ()
     #: Models whose backend kept dying: the watchdog gave up on them.
     gave_up: tuple[str, ...] = ()
+    #: Seed 002's memory management as it stands now.
+    memory: MemoryStatus | None = None
 
     def limits_by_type(self) -> dict[ModelType, int]:
         return dict(zip(MODEL_TYPE_ORDER, self.limits, strict=True))

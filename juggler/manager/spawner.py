@@ -32,6 +32,9 @@ class BackendProcess(Protocol):
     device: Device
     #: From spawn to its first healthy answer.
     load_duration_s: float
+    #: What a downsize frees (its KV cache and compute buffers, as it reported them when
+    #: it became healthy); 0 for a backend that cannot downsize.
+    downsizable_bytes: int
 
     @property
     def is_alive(self) -> bool: ...
@@ -46,6 +49,12 @@ class BackendProcess(Protocol):
     async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Ask it to stop, force it after `grace_s`; returns once it is gone. Safe to
         call twice or after it exited."""
+        ...
+
+    async def downsize(self, timeout_s: float) -> bool:
+        """Ask it to free its contexts and keep its weights (seed 002's soft idle); its
+        next request restores them. True when it did; False when it cannot or would not
+        (a request arrived meanwhile). Never raises for a backend that said no."""
         ...
 
     def kill_now(self) -> None:

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from juggler.manager.policy import ServerView
+from juggler.manager.pressure import MemoryView
 from juggler.manager.recipes import LaunchPlan
-from juggler.manager.snapshot import ServerState, TableSnapshot
+from juggler.manager.snapshot import MemoryStatus, ServerState, TableSnapshot
 from juggler.manager.watchdog import Watchdog
 from juggler.manager.wrapped import WrappedServer
 
@@ -74,12 +75,20 @@ class ServerTable:
     def ready_by_name(self) -> dict[str, WrappedServer]:
         return {s.model_name: s for s in self.in_state(ServerState.READY)}
 
+    def memory_views(self, global_auto_evict: bool) -> list[MemoryView]:
+        """The ready servers as seed 002's memory policy sees them."""
+        return [s.memory_view(global_auto_evict) for s in self.in_state(ServerState.READY)]
+
     def views(self, state: ServerState = ServerState.READY) -> list[ServerView]:
         """The servers in `state` as the policy sees them."""
         return [s.view() for s in self.in_state(state)]
 
     def snapshot(
-        self, limits: tuple[int, ...], num_queued: int, watchdog: Watchdog
+        self,
+        limits: tuple[int, ...],
+        num_queued: int,
+        watchdog: Watchdog,
+        memory: MemoryStatus | None = None,
     ) -> TableSnapshot:
         ready = self.in_state(ServerState.READY)
         # Ids grow with each load and loads are serialized: the highest is the newest.
@@ -95,4 +104,5 @@ class ServerTable:
                 (r.model_name, r.attempt, r.due_at) for r in watchdog.pending.values()
             ),
             gave_up=tuple(sorted(watchdog.gave_up)),
+            memory=memory,
         )

@@ -57,6 +57,15 @@ async def stop(process: BackendProcess, grace_s: float, server_id: int, post: Po
         post(m.EvictDone(server_id))
 
 
+async def downsize(process: BackendProcess, server_id: int, timeout_s: float, post: Post) -> None:
+    """Ask a backend to free its contexts; posts DownsizeDone with whether it did."""
+    is_downsized = False
+    try:
+        is_downsized = await process.downsize(timeout_s)
+    finally:
+        post(m.DownsizeDone(server_id, is_downsized))
+
+
 async def watch(process: BackendProcess, server_id: int, post: Post) -> None:
     """Wait for a ready backend's process to exit; posts Exited."""
     code = await process.wait_exit()

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from juggler.manager.policy import ServerView
+from juggler.manager.pressure import MemoryView
 from juggler.manager.recipes import LaunchPlan
-from juggler.manager.snapshot import ServerSnapshot, ServerState
+from juggler.manager.snapshot import MemState, ServerSnapshot, ServerState
 from juggler.manager.spawner import STOP_GRACE_S, BackendProcess
 
 
@@ -43,6 +44,8 @@ class WrappedServer:
         self.ready_at: float | None = None
         #: Stopped because it stopped answering: the watchdog restarts it once it is gone.
         self.is_hung = False
+        #: Seed 002's soft idle (see MemState).
+        self.memory = MemState.ACTIVE
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name)
         self.log_path = log_dir / f"{safe}-{server_id}.log"
 
@@ -75,6 +78,26 @@ class WrappedServer:
             options=self.options,
             num_loads=self.num_loads,
             load_duration_s=self.process.load_duration_s if self.process else None,
+            memory_state=self.memory,
+            downsizable_bytes=self.process.downsizable_bytes if self.process else 0,
+            auto_evict=self.options.auto_evict,
+        )
+
+    def memory_view(self, global_auto_evict: bool) -> MemoryView:
+        """This server as seed 002's memory policy sees it."""
+        opts = self.options
+        return MemoryView(
+            self.model_name,
+            self.last_use,
+            load_duration_s=self.process.load_duration_s if self.process else 0.0,
+            evict_weight_factor=opts.evict_weight_factor,
+            pinned=self.pinned,
+            in_flight=self.in_flight,
+            opted_in=global_auto_evict or opts.auto_evict,
+            is_downsized=self.memory is not MemState.ACTIVE,
+            downsizable_bytes=self.process.downsizable_bytes if self.process else 0,
+            downsize_idle_timeout_s=opts.downsize_idle_timeout,
+            evict_idle_timeout_s=opts.evict_idle_timeout,
         )
 
     def view(self) -> ServerView:
@@ -88,6 +111,4 @@ class WrappedServer:
             self.in_flight,
             self.pinned,
             self.options.launch_key(),
-            self.options.auto_evict,
-            self.options.evict_idle_timeout,
         )

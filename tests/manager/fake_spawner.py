@@ -29,6 +29,12 @@ class Behaviour:
     fail_if_others: bool = False
     device: Device | None = None
     is_healthy: bool = True
+    #: What a downsize frees; 0: it cannot downsize.
+    downsizable_bytes: int = 1 << 20
+    #: Downsizing waits on this event when set (a slow downsize).
+    downsize_gate: asyncio.Event | None = None
+    #: The backend refuses to downsize (a request arrived first).
+    refuse_downsize: bool = False
 
 
 class FakeProcess:
@@ -45,7 +51,10 @@ class FakeProcess:
         self.health_url = self.url + "/health"
         self.device = device
         self.load_duration_s = 0.001
+        self.downsizable_bytes = behaviour.downsizable_bytes
         self.behaviour = behaviour
+        #: How many times it was downsized (its contexts freed).
+        self.num_downsized = 0
         self._returncode: int | None = None
         self._exited = asyncio.Event()
 
@@ -68,6 +77,15 @@ class FakeProcess:
         if self.is_alive:
             self.spawner.events.append(("stop", self.name, self.pid or 0))
             self._end(0)
+
+    async def downsize(self, timeout_s: float) -> bool:
+        if self.behaviour.downsize_gate is not None:
+            await self.behaviour.downsize_gate.wait()
+        if not self.downsizable_bytes or self.behaviour.refuse_downsize or not self.is_alive:
+            return False
+        self.num_downsized += 1
+        self.spawner.events.append(("downsized", self.name, self.pid or 0))
+        return True
 
     def kill_now(self) -> None:
         self._end(-9)

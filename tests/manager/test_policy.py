@@ -10,7 +10,6 @@ from juggler.manager.policy import (
     Verdict,
     all_slots_pinned,
     decide,
-    idle_victims,
     retry_after_failure,
 )
 from juggler.manager.recipes import NpuBackend
@@ -250,26 +249,6 @@ def test_all_slots_pinned_warning() -> None:
     assert not all_slots_pinned(LLM, table, limits(3))
     assert not all_slots_pinned(EMB, table, limits(1))
     assert not all_slots_pinned(LLM, table, limits(-1))
-
-
-def idle(name: str, last_use: float, **kw: object) -> ServerView:
-    values: dict[str, object] = {"auto_evict": True, "evict_idle_timeout_s": 10.0}
-    values.update(kw)
-    return ServerView(name, LLM, Device.GPU, last_use, **values)  # type: ignore[arg-type]
-
-
-def test_idle_evict_after_timeout_only_when_opted_in() -> None:
-    """Seed 002: "Hard idle / pressure (evict): after evict_idle_timeout seconds idle ...
-    the model is fully unloaded" -- and "This feature is opt-in and disabled by default." """
-    table = [
-        idle("old", 0.0),
-        idle("fresh", 95.0),
-        idle("busy", 0.0, in_flight=1),
-        idle("pinned", 0.0, pinned=True),
-        idle("not_opted", 0.0, auto_evict=False),
-    ]
-    assert idle_victims(table, now=100.0) == (("old",), 105.0)
-    assert idle_victims([idle("a", 0.0, auto_evict=False)], now=1e9) == ((), None)
 
 
 def test_eviction_of_same_type_holds_up_a_load() -> None:
