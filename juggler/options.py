@@ -138,11 +138,7 @@ PER_MODEL_ONLY = frozenset({"auto_evict"})
 
 #: Options declared but not built yet, with why: a value other than the default is
 #: refused (400 on /load, an error in the config) instead of being accepted and ignored.
-UNBUILT_SETTINGS: dict[str, str] = {
-    "downsize_idle_timeout": "soft downsize of idle models is not built yet",
-    "evict_weight_factor": "memory-pressure eviction is not built yet",
-    "auto_evict_threshold_pct": "memory-pressure eviction is not built yet",
-}
+UNBUILT_SETTINGS: dict[str, str] = {}
 
 
 def resolve(defaults: BaseModel, overrides: BaseModel | dict[str, Any] | None) -> ModelOptions:

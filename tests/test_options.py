@@ -53,18 +53,36 @@ def test_llamacpp_args_parse_into_engine_flags_and_back() -> None:
     assert "--cache-cells" not in argv  # None: the engine's own default
 
 
-def test_unbuilt_settings_are_refused_not_ignored(tmp_path: Path) -> None:
-    """Issue 9: "A user who sets a knob must get its effect or a clear error"."""
-    for key in opt.UNBUILT_SETTINGS:
-        if key in opt.MODEL_OPTION_KEYS:
-            with pytest.raises(NotImplementedParam) as err:
-                Settings().model_options({key: 2.0 if key != "auto_evict_threshold_pct" else 0.5})
-            assert err.value.status == 400 and err.value.param == key
-        value = "0.5" if key == "auto_evict_threshold_pct" else "2"
-        with pytest.raises(ConfigError, match=key):
-            set_value(key, value, tmp_path / "config.json")
-        with pytest.raises(ConfigError, match=key):
-            load_settings(environ={opt.env_name(key): value}, file=tmp_path / "none.json")
+def test_unbuilt_settings_are_refused_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 9: "A user who sets a knob must get its effect or a clear error". A setting
+    declared but not built is refused everywhere it can be set (none is, today)."""
+    monkeypatch.setattr(opt, "UNBUILT_SETTINGS", {"evict_weight_factor": "not built"})
+    with pytest.raises(NotImplementedParam) as err:
+        Settings().model_options({"evict_weight_factor": 2.0})
+    assert err.value.status == 400 and err.value.param == "evict_weight_factor"
+    with pytest.raises(ConfigError, match="evict_weight_factor"):
+        set_value("evict_weight_factor", "2", tmp_path / "config.json")
+    with pytest.raises(ConfigError, match="evict_weight_factor"):
+        load_settings(environ={opt.env_name("evict_weight_factor"): "2"}, file=tmp_path / "n")
+
+
+def test_seed_002_settings_take_effect(tmp_path: Path) -> None:
+    """Issue 11: "Per model `auto_evict`, `downsize_idle_timeout` (60 s),
+    `evict_idle_timeout` (300 s), `evict_weight_factor` (1.0) on `/api/v1/load`"; the
+    threshold is global (config file, env)."""
+    options = Settings().model_options(
+        {"auto_evict": True, "downsize_idle_timeout": 5, "evict_weight_factor": 3.0}
+    )
+    assert options.auto_evict and options.downsize_idle_timeout == 5
+    assert options.evict_weight_factor == 3.0 and options.evict_idle_timeout == 300
+    assert (
+        set_value("auto_evict_threshold_pct", "0.5", tmp_path / "c.json").auto_evict_threshold_pct
+        == 0.5
+    )
+    env = {opt.env_name("auto_evict_threshold_pct"): "0.7"}
+    assert load_settings(environ=env, file=tmp_path / "n").auto_evict_threshold_pct == 0.7
 
 
 def test_env_name_is_the_one_rule() -> None:

@@ -125,3 +125,14 @@ def choose_source(
     except RuntimeError as exc:
         log.debug("memory: no AMD source (%s)", exc)
     return SystemMemorySource(meminfo)
+
+
+def process_rss(pid: int) -> int | None:
+    """The resident memory of process `pid` in bytes (None if it is gone or unreadable)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -109,9 +109,9 @@ class ProcessHandle:
         try:
             async with httpx.AsyncClient(trust_env=False, timeout=timeout_s) as client:
                 response = await client.post(self.url + "/internal/downsize")
-        except httpx.HTTPError:
+            return response.status_code == 200 and response.json().get("downsized") is True
+        except (httpx.HTTPError, ValueError, AttributeError):
             return False
-        return response.status_code == 200
 
     def kill_now(self) -> None:
         _signal_group(self.process.pid, signal.SIGKILL)
@@ -167,9 +167,9 @@ class ProcessSpawner:
         try:
             async with httpx.AsyncClient(trust_env=False, timeout=timeout_s) as client:
                 response = await client.get(process.health_url)
-        except httpx.HTTPError:
+            return response.status_code == 200 and response.json().get("downsized") is True
+        except (httpx.HTTPError, ValueError, AttributeError):
             return False
-        return response.status_code == 200
 
 
 async def _wait_healthy(handle: ProcessHandle, name: str, deadline: float) -> bytes:
@@ -205,7 +205,7 @@ def _downsizable_bytes(body: bytes) -> int:
     """What a llamacpp backend says a downsize frees (its /health `memory`)."""
     with contextlib.suppress(ValueError, TypeError, AttributeError):
         memory = json.loads(body).get("memory") or {}
-        return max(0, int(memory.get("kv_bytes", 0)) + int(memory.get("compute_bytes", 0)))
+        return max(0, int(memory.get("context_bytes", 0)))
     return 0
 
 

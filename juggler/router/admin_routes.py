@@ -4,14 +4,16 @@ plus /internal/* (pin, set, config) guarded by the admin key."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
 from fastapi import APIRouter, Request
 
 from juggler import __version__
-from juggler.config import parse_max_loaded_models
+from juggler.config import ConfigError, parse_max_loaded_models, set_value
 from juggler.errors import BadRequest, CheckpointMissing
+from juggler.manager.memory import process_rss
 from juggler.registry.checkpoint import HfRef, LocalRef, parse_checkpoint
 from juggler.registry.download import download
 from juggler.router.bodies import parse
@@ -56,10 +58,21 @@ async def health(request: Request) -> dict[str, Any]:
         "version": __version__,
         "model_loaded": recent.model_name if recent else None,
         "checkpoint_loaded": recent.checkpoint if recent else None,
-        "all_models_loaded": [s.to_health() for s in manager.snapshot()],
+        "all_models_loaded": [with_memory(s.to_health()) for s in manager.snapshot()],
         "max_models": manager.max_models(),
         "watchdog": manager.restarts(),
+        "memory": memory.to_health() if (memory := manager.memory_status()) else None,
     }
+
+
+def with_memory(entry: dict[str, Any]) -> dict[str, Any]:
+    """A health entry with the memory its backend holds now (resident, from /proc)."""
+    pid = entry.get("pid")
+    entry["memory"] = {
+        "rss_bytes": process_rss(pid) if isinstance(pid, int) else None,
+        "downsizable_bytes": entry.get("downsizable_bytes", 0),
+    }
+    return entry
 
 
 @router.get("/stats")
@@ -94,6 +107,8 @@ async def load(request: Request) -> dict[str, Any]:
         )
     state.registry.get(body.model_name)  # 404 model_not_found before anything queues
     snapshot = await state.manager.load(body.model_name, load_overrides(body), pinned=body.pinned)
+    if body.pinned is not None:
+        state.pins.record(snapshot)
     return {
         "status": "success",
         "message": f"Loaded model: {body.model_name}",
@@ -107,6 +122,7 @@ async def unload(request: Request) -> dict[str, Any]:
     raw = await request.body()
     body = (await parse(request, UnloadRequest))[0] if raw.strip() else UnloadRequest()
     names = await state.manager.unload(body.model_name)
+    state.pins.forget(names)
     if body.model_name:
         message = f"Unloaded model: {body.model_name}"
     else:
@@ -166,7 +182,9 @@ async def delete(request: Request) -> dict[str, Any]:
 @internal.post("/internal/pin", openapi_extra=body_of(PinRequest))
 async def pin(request: Request) -> dict[str, Any]:
     body, _ = await parse(request, PinRequest)
-    snapshot = await state_of(request).manager.pin(body.model_name, body.pinned)
+    state = state_of(request)
+    snapshot = await state.manager.pin(body.model_name, body.pinned)
+    state.pins.record(snapshot)
     return {"status": "success", "model_name": body.model_name, "pinned": snapshot.pinned}
 
 
@@ -181,7 +199,24 @@ async def set_config(request: Request) -> dict[str, Any]:
             raise BadRequest(f"max_loaded_models: {exc}", param="max_loaded_models") from None
         await state_of(request).manager.set_max_loaded_models(limits)
         updated["max_loaded_models"] = list(limits)
+    if body.auto_evict is not None or body.auto_evict_threshold_pct is not None:
+        await state_of(request).manager.set_memory_config(
+            auto_evict=body.auto_evict, threshold=body.auto_evict_threshold_pct
+        )
+        for key in ("auto_evict", "auto_evict_threshold_pct"):
+            value = getattr(body, key)
+            if value is not None:
+                persist(key, value)
+                updated[key] = value
     return {"status": "success", "updated": updated}
+
+
+def persist(key: str, value: Any) -> None:
+    """Keep a run-time setting in the config file, so it survives a restart."""
+    try:
+        set_value(key, json.dumps(value))
+    except (ConfigError, OSError) as exc:
+        raise BadRequest(f"{key}: could not be saved: {exc}", param=key) from None
 
 
 @internal.get("/internal/config")

@@ -21,11 +21,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from juggler import __version__
-from juggler.config import Settings
+from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
-from juggler.router import admin_routes, metrics_route, openai_routes, sessions
+from juggler.router import admin_routes, memory_routes, metrics_route, openai_routes, sessions
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
 from juggler.router.middleware import (
@@ -35,13 +35,18 @@ from juggler.router.middleware import (
     request_id_of,
 )
 from juggler.router.openapi import document_request_bodies
+from juggler.router.pins import PinBook
 from juggler.router.proxy import ClientGone, Proxy
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")
 
 
-async def _load_default(manager: Manager, name: str) -> None:
+async def _warm_up(manager: Manager, name: str | None, pins: PinBook) -> None:
+    """At start: the pinned models of the last run, then the default model."""
+    await pins.restore(manager)
+    if not name:
+        return
     try:
         await manager.load(name)
         log.info("default model %s is loaded", name)
@@ -78,14 +83,13 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             max_waiting=settings.max_queued_requests,
             queue_timeout_s=settings.queue_timeout_s,
         )
-        app.state.juggler = RouterState(settings, registry, manager, proxy)
-        warmup = (
-            asyncio.create_task(_load_default(manager, settings.model)) if settings.model else None
-        )
+        pins = PinBook(juggler_home() / "pins.json")
+        app.state.juggler = RouterState(settings, registry, manager, proxy, pins)
+        warmup = asyncio.create_task(_warm_up(manager, settings.model, pins))
         try:
             yield
         finally:
-            if warmup is not None:
+            if not warmup.done():
                 warmup.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await warmup
@@ -99,6 +103,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
     app.include_router(admin_routes.internal)
+    app.include_router(memory_routes.internal)
     app.include_router(metrics_route.router)
 
     @app.get("/live")

@@ -9,6 +9,7 @@ from fastapi import Request
 from juggler.config import Settings
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
+from juggler.router.pins import PinBook
 from juggler.router.proxy import Proxy
 from juggler.router.session_table import SessionTable
 
@@ -19,6 +20,7 @@ class RouterState:
     registry: Registry
     manager: Manager
     proxy: Proxy
+    pins: PinBook
     sessions: SessionTable = field(default_factory=lambda: SessionTable())
 
 

@@ -72,3 +72,6 @@ class SetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_loaded_models: int | list[int] | str | None = None
+    #: Seed 002, global: take effect at once and are kept in the config file.
+    auto_evict: StrictBool | None = None
+    auto_evict_threshold_pct: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)

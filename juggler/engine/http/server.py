@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from juggler.api import openai as api
+from juggler.engine.http import memory
 from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.http.requests import sampling_params, template_messages
@@ -89,12 +90,18 @@ def create_app(engine: Engine) -> FastAPI:
             "ctx_size": flags.ctx_size,
             "pid": os.getpid(),
             "chat_template": engine.template.origin,
+            "memory": memory.memory_body(engine),
         }
         dead = engine.dead
         if dead is not None:
             body.update(status="dead", error=dead.message)
             return JSONResponse(body, status_code=503)
         return JSONResponse(body)
+
+    @app.post("/internal/downsize")
+    async def downsize() -> dict[str, Any]:
+        """Seed 002's soft idle (the router's manager asks; loopback only)."""
+        return await memory.downsize(engine)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

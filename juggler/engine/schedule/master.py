@@ -31,6 +31,7 @@ from juggler.engine.schedule.messages import (
     Command,
     Complete,
     CreateSession,
+    Downsize,
     Embed,
     EndSession,
     Generate,
@@ -148,6 +149,8 @@ class Master:
                 self._place(w)
                 self.sessions[sid] = w
                 self.workers[w].submit(cmd)
+            case Downsize(worker_id=wid):
+                self.workers[wid].submit(cmd)
             case AppendInput() | Generate() | Cancel() | EndSession():
                 w_opt = self.sessions.get(cmd.session_id)
                 if w_opt is None:

@@ -99,6 +99,15 @@ class Rerank:
     inputs: tuple[tuple[int, ...], ...]
 
 
+@dataclass(frozen=True, eq=False)
+class Downsize:
+    """Seed 002's soft idle, for one worker: park every session and cached prefix in host
+    memory, then free the llama.cpp context. Answers what it freed (or why it did not)."""
+
+    worker_id: int
+    reply: Reply
+
+
 # -- notices from workers to the master -----------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class SessionGone:
@@ -132,7 +141,7 @@ class Shutdown:
 
 SessionCommand = AppendInput | Generate | Cancel | EndSession
 StatelessCommand = Complete | Embed | Rerank
-RouteCommand = CreateSession | SessionCommand | StatelessCommand
+RouteCommand = CreateSession | SessionCommand | StatelessCommand | Downsize
 #: What a worker's inbox receives.
 WorkerCommand = RouteCommand | Shutdown
 Notice = SessionGone | RequestDone | WorkerDied

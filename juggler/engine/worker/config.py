@@ -53,6 +53,12 @@ class WorkerSnapshot:
     num_parked_sessions: int = 0
     session_parks: int = 0
     session_restores: int = 0
+    #: Seed 002's soft idle: the context is freed; what it holds while made (RSS growth
+    #: when it was made); restores after downsizes, and how long the last one took.
+    is_downsized: bool = False
+    context_bytes: int = 0
+    num_restores: int = 0
+    last_restore_s: float = 0.0
 
 
 class Clock:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from juggler.engine.llama.ports import LlamaContext, LlamaModel
+from juggler.engine.llama.ports import LlamaModel
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
 from juggler.engine.worker.config import Clock
+from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.policy import overflow_message
 from juggler.engine.worker.session import Generation, Session, SessionState
@@ -46,7 +47,7 @@ class Generations:
     def __init__(
         self,
         model: LlamaModel,
-        ctx: LlamaContext,
+        ctx: ContextSlot,
         kv: KvBook,
         outbox: Outbox,
         notify: Callable[[Notice], None],
@@ -77,7 +78,7 @@ class Generations:
         if room <= 0:
             raise ContextOverflow(overflow_message(held + 1, self.n_ctx))
         banned = self.model.eog_tokens() if params.ignore_eos else ()
-        sampler = self.model.new_sampler(self.ctx, params, banned=banned)
+        sampler = self.model.new_sampler(self.ctx.ensure(), params, banned=banned)
         sink.bind(self.outbox)
         g = Generation(
             params=params,

@@ -98,6 +98,23 @@ class SessionApi:
                 seq = self.kv.take_seq()
         return seq
 
+    def park_all(self) -> int:
+        """Park every idle session and cached prefix (before the context is freed);
+        returns how many sessions were parked."""
+        num = 0
+        for s in list(self.table.values()):
+            if s.is_ephemeral or not s.has_seq:
+                continue
+            assert s.generation is None, "park_all while generating"
+            self.inputs.drop_speculation(s)
+            self.kv.park_session(s)
+            num += 1
+        self.kv.park_cached()
+        for s in list(self.table.values()):
+            if s.is_ephemeral:
+                self.kv.evict(s.seq_id)
+        return num
+
     def _unpark(self, s: Session, *, required: bool) -> None:
         """Give a parked session a sequence back (and its KV). Without one free, a
         generate is refused with 429 (every sequence is generating: one ends soon);

@@ -38,12 +38,13 @@ import time
 from collections.abc import Callable
 
 from juggler.engine.llama.chat import ChatTemplate
-from juggler.engine.llama.ports import ContextParams, LlamaContext, LlamaModel
+from juggler.engine.llama.ports import ContextParams, LlamaModel
 from juggler.engine.schedule.messages import (
     AppendInput,
     Cancel,
     Complete,
     CreateSession,
+    Downsize,
     EndSession,
     Generate,
     Notice,
@@ -53,7 +54,9 @@ from juggler.engine.schedule.messages import (
 )
 from juggler.engine.schedule.stream import EventKind, StreamEvent
 from juggler.engine.worker.config import Clock, WorkerConfig, WorkerSnapshot
+from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.decoder import Decoder, Outcome
+from juggler.engine.worker.downsize import SoftIdle
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.inputs import SessionInputs
 from juggler.engine.worker.kv import KvBook
@@ -70,11 +73,12 @@ class Worker(OwnerThread):
     the unit tests instead call `open()`, `step()` and `close()` on their own thread."""
 
     # The parts that exist once the context does (made by `open`, on the worker thread).
-    ctx: LlamaContext
+    ctx: ContextSlot
     kv: KvBook
     gens: Generations
     api: SessionApi
     decoder: Decoder
+    soft_idle: SoftIdle
 
     def __init__(
         self,
@@ -100,16 +104,15 @@ class Worker(OwnerThread):
     # -- lifecycle (the worker thread) ---------------------------------------------------
     def open(self) -> None:
         cfg = self.config
-        self.ctx = self.model.new_context(
-            ContextParams(
-                n_ctx=cfg.n_ctx,
-                n_batch=cfg.n_batch,
-                n_ubatch=cfg.n_batch,
-                n_seq_max=cfg.n_seq_max,
-                n_threads=cfg.n_threads,
-                flash_attn=cfg.flash_attn,
-            )
+        params = ContextParams(
+            n_ctx=cfg.n_ctx,
+            n_batch=cfg.n_batch,
+            n_ubatch=cfg.n_batch,
+            n_seq_max=cfg.n_seq_max,
+            n_threads=cfg.n_threads,
+            flash_attn=cfg.flash_attn,
         )
+        self.ctx = ContextSlot(lambda: self.model.new_context(params))
         batch = self.model.new_batch(cfg.n_batch)
         n_ctx = self.ctx.n_ctx
         wid = self.worker_id
@@ -147,6 +150,7 @@ class Worker(OwnerThread):
             max_prefill_chunk=cfg.max_prefill_chunk,
             worker_id=wid,
         )
+        self.soft_idle = SoftIdle(self.ctx, self.table, self.api, wid)
         self.publish()
 
     def serve(self) -> None:
@@ -228,6 +232,10 @@ class Worker(OwnerThread):
             num_parked_sessions=table.num_parked(),
             session_parks=self.kv.num_session_parks,
             session_restores=self.kv.num_session_restores,
+            is_downsized=self.ctx.is_released,
+            context_bytes=0 if self.ctx.is_released else self.ctx.bytes,
+            num_restores=self.soft_idle.num_restores,
+            last_restore_s=self.ctx.last_make_s if self.soft_idle.num_restores else 0.0,
         )
 
     # -- commands --------------------------------------------------------------------------
@@ -271,13 +279,20 @@ class Worker(OwnerThread):
             match cmd:
                 case Shutdown():
                     self.is_stopping = True
+                case Downsize():
+                    self.outbox.resolve(cmd.reply, self.soft_idle.downsize())
+                    self.publish()
                 case Complete():
+                    self.soft_idle.restore()
                     self.api.enqueue(cmd)
                 case CreateSession():
+                    self.soft_idle.restore()
                     self.api.create(cmd)
                 case AppendInput():
+                    self.soft_idle.restore()
                     self.api.append(cmd)
                 case Generate():
+                    self.soft_idle.restore()
                     self.api.generate(cmd)
                 case Cancel():
                     self.api.cancel(cmd)

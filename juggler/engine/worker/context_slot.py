@@ -1,0 +1,102 @@
+"""A worker's llama.cpp context, which can be freed and made again (seed 002's downsize).
+
+Seed 002's soft idle: "a llama.cpp backend frees its contexts (KV cache and compute
+buffers) and keeps the weights mapped." `ContextSlot` is the one place that holds the
+worker's live context. The worker's parts (`KvBook`, `Decoder`, `Generations`) all hold
+the slot, never the context itself, so `release()` frees it for all of them and
+`ensure()` makes a new one with the same parameters. Between the two nothing may touch
+the KV: the worker parks every session and cached prefix first (see `Worker.downsize`);
+a call that comes anyway makes the context again rather than fail.
+
+`bytes` is what the context took when it was made, measured as the growth of the
+process's resident memory (KV cells, compute buffers and llama.cpp's bookkeeping), so
+that the router can say what a downsize gives back before asking for it.
+
+Owned by the worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from juggler.engine.llama.ports import LlamaContext, Logits, SeqState, TokenBatch
+
+log = logging.getLogger(__name__)
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> int:
+    """This process's resident memory (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class ContextSlot:
+    def __init__(self, make: Callable[[], LlamaContext]) -> None:
+        self._make = make
+        self._ctx: LlamaContext | None = None
+        self._removals_before = 0
+        #: Resident memory the context took when it was last made.
+        self.bytes = 0
+        #: How often it was freed and made again, and how long the last making took.
+        self.num_releases = 0
+        self.last_make_s = 0.0
+        self._n_ctx: int = self.ensure().n_ctx
+
+    # -- the slot's own --------------------------------------------------------------
+    @property
+    def is_released(self) -> bool:
+        return self._ctx is None
+
+    def ensure(self) -> LlamaContext:
+        """The live context, made again if it was released."""
+        if self._ctx is None:
+            before = rss_bytes()
+            t0 = time.perf_counter()
+            self._ctx = self._make()
+            self.last_make_s = time.perf_counter() - t0
+            self.bytes = max(0, rss_bytes() - before)
+        return self._ctx
+
+    def release(self) -> None:
+        """Free the context (its KV cells and compute buffers)."""
+        if self._ctx is not None:
+            self._removals_before += self._ctx.num_removals
+            self._ctx.close()
+            self._ctx = None
+            self.num_releases += 1
+
+    # -- LlamaContext ------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def num_removals(self) -> int:
+        live = self._ctx.num_removals if self._ctx is not None else 0
+        return self._removals_before + live
+
+    def decode(self, batch: TokenBatch) -> int:
+        return self.ensure().decode(batch)
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        return self.ensure().seq_rm(seq_id, p0, p1)
+
+    def seq_state(self, seq_id: int) -> SeqState | None:
+        return self.ensure().seq_state(seq_id)
+
+    def restore_seq_state(self, seq_id: int, state: SeqState) -> bool:
+        return self.ensure().restore_seq_state(seq_id, state)
+
+    def logits_row(self, row: int) -> Logits:
+        return self.ensure().logits_row(row)
+
+    def close(self) -> None:
+        self.release()
