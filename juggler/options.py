@@ -216,6 +216,14 @@ class EngineFlags(BaseModel):
         json_schema_extra=_unit("tokens"),
     )
 
+    park_memory_mb: int = Field(
+        1024,
+        ge=0,
+        le=1 << 20,
+        description="Parked sessions' KV a worker keeps in host memory; past it, on disk.",
+        json_schema_extra=_unit("MiB"),
+    )
+
     def to_argv(self) -> list[str]:
         """`--flag value` pairs for every field that is set (None fields are left out)."""
         argv: list[str] = []

@@ -78,6 +78,7 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
         flash_attn=_FLASH_ATTN[f.flash_attn],
         cache_cells=f.cache_cells,
         parked_cells=f.parked_cells,
+        park_budget_bytes=f.park_memory_mb << 20,
     )
 
 

@@ -19,6 +19,7 @@ It implements `juggler.engine.llama.ports`:
 
 from __future__ import annotations
 
+import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,9 +156,11 @@ class FakeContext:
 
     def seq_state(self, seq_id: int) -> Any | None:
         tokens = self.tokens(seq_id)
-        return tuple(tokens) if tokens else None
+        return array.array("q", tokens) if tokens else None  # a buffer, like llama.cpp's
 
     def restore_seq_state(self, seq_id: int, state: Any) -> bool:
+        if isinstance(state, bytes):  # read back from disk (cache.spill)
+            state = array.array("q", state)
         if self.faults.fail_restores or self.used() + len(state) > self.n_ctx:
             return False
         assert not self.cells.get(seq_id), "restoring into a sequence that holds cells"

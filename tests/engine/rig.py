@@ -32,6 +32,7 @@ class Rig:
         faults: Faults | None = None,
         max_waiting: int = 256,
         queue_timeout_s: float = 60.0,
+        park_budget_bytes: int = 1 << 30,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.fake = FakeLlama(faults)
@@ -48,6 +49,7 @@ class Rig:
             eager_grace_s=0.0,
             max_waiting=max_waiting,
             queue_timeout_s=queue_timeout_s,
+            park_budget_bytes=park_budget_bytes,
         )
         self.worker = Worker(0, self.fake, config, template(), self.loop, self.notices.append)
         self.worker.open()

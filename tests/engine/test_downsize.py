@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from juggler.engine.schedule.messages import Downsize
+from juggler.engine.cache.spill import Spilled
+from juggler.engine.schedule.messages import Downsize, EndSession
 from tests.engine.rig import Rig
 from tests.engine.test_session_parking import stateless, turn
 from tests.engine.test_worker_sessions import (
@@ -85,5 +86,35 @@ def test_a_new_session_after_a_downsize_restores_the_context() -> None:
         await create(rig, "fresh")
         assert not rig.worker.snapshot.is_downsized
         assert await turn(rig, "fresh", "hello")
+
+    asyncio.run(go())
+
+
+def test_parked_kv_past_the_memory_budget_goes_to_disk_and_comes_back() -> None:
+    """Issue 11: "their KV state is saved to host memory (or disk past a budget)"."""
+
+    async def go() -> None:
+        budget = 8 * 20  # bytes: one short session's KV copy (8 bytes a token) fits
+        rig, control = Rig(park_budget_bytes=budget), Rig()
+        for r in (rig, control):
+            for sid in ("a", "b", "c"):
+                await create(r, sid)
+                await turn(r, sid, f"<{sid}> a somewhat longer text")
+        await downsize(rig)
+        kv = rig.worker.kv
+        spilled = [s for s in rig.worker.table.values() if isinstance(s.parked_kv, Spilled)]
+        assert len(spilled) >= 2 and rig.worker.snapshot.spilled_bytes > 0
+        assert all(s.parked_kv.path.is_file() for s in spilled)  # type: ignore[union-attr]
+        paths = [s.parked_kv.path for s in spilled]  # type: ignore[union-attr]
+        for sid in ("a", "b", "c"):
+            assert await turn(rig, sid, " next") == await turn(control, sid, " next")
+        assert not any(p.exists() for p in paths), "read back and deleted"
+        assert kv.spill.spilled_bytes == 0 and kv.num_session_restores == 3
+        assert all(s.num_prefilled < 10 for s in rig.worker.table.values()), "restored, not redone"
+        reply = rig.reply()
+        await rig.send(Downsize(0, reply))
+        await rig.send(EndSession("a", rig.reply()))  # ending a spilled session deletes its file
+        rig.worker.close()
+        assert kv.spill._dir is None
 
     asyncio.run(go())

@@ -41,10 +41,14 @@ def turn(c: httpx.Client, sid: str, text: str) -> str:
     return "".join(parts)
 
 
+@pytest.mark.parametrize("park_mb", ["1024", "0"], ids=["kv-in-memory", "kv-on-disk"])
 def test_downsize_frees_at_least_the_kv_cache_and_sessions_continue_greedily(
-    smol_path: Path, tmp_path: Path
+    smol_path: Path, tmp_path: Path, park_mb: str
 ) -> None:
-    b = start_backend(smol_path, "smol", tmp_path, "--ctx-size", str(CTX), "--parallel", "4")
+    b = start_backend(
+        smol_path, "smol", tmp_path, "--ctx-size", str(CTX), "--parallel", "4",
+        "--park-memory-mb", park_mb,
+    )  # fmt: skip
     try:
         with b.client() as c:
             sids = [c.post("/v1/sessions", json={}).json()["session_id"] for _ in range(3)]

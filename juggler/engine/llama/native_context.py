@@ -114,6 +114,8 @@ class Context:
     def restore_seq_state(self, seq_id: int, state: SeqState) -> bool:
         """Put a `seq_state()` copy back into the (now empty) sequence. llama.cpp places it
         in the first free run of cells, so this moves the sequence down into holes."""
+        if isinstance(state, bytes):  # a copy read back from disk (see cache.spill)
+            state = (ctypes.c_ubyte * len(state)).from_buffer_copy(state)
         size = len(state)
         return int(C.llama_state_seq_set_data(self.ptr, state, size, seq_id)) == size
 

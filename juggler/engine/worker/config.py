@@ -28,6 +28,8 @@ class WorkerConfig:
     cache_cells: int | None = None
     #: Tokens of cached prefixes parked outside the KV cache when idle; None: n_ctx.
     parked_cells: int | None = None
+    #: Bytes of parked sessions' KV kept in host memory; past it they go to disk.
+    park_budget_bytes: int = 1 << 30
     idle_wait_s: float = IDLE_WAIT_S
     max_waiting: int = MAX_WAITING
     queue_timeout_s: float = QUEUE_TIMEOUT_S
@@ -53,6 +55,7 @@ class WorkerSnapshot:
     num_parked_sessions: int = 0
     session_parks: int = 0
     session_restores: int = 0
+    spilled_bytes: int = 0
     #: Seed 002's soft idle: the context is freed; what it holds while made (RSS growth
     #: when it was made); restores after downsizes, and how long the last one took.
     is_downsized: bool = False

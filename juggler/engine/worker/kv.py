@@ -28,6 +28,7 @@ from juggler.engine.cache.prefix_cache import (
     choose_reuse,
     over_budget,
 )
+from juggler.engine.cache.spill import SpillStore, size_of
 from juggler.engine.llama.ports import LlamaContext
 from juggler.engine.worker.session import NO_SEQ, Session, SessionState
 from juggler.engine.worker.table import SessionTable
@@ -43,6 +44,7 @@ class KvBook:
         *,
         cache_cells: int,
         parked_cells: int,
+        park_budget_bytes: int = 1 << 30,
         worker_id: int = 0,
     ) -> None:
         self.ctx = ctx
@@ -54,6 +56,7 @@ class KvBook:
         #: For the last few stateless requests: did each reuse a useful cached prefix?
         self.recent_hits: collections.deque[bool] = collections.deque(maxlen=HIT_WINDOW)
         self.parked = ParkedStore(parked_cells)
+        self.spill = SpillStore(park_budget_bytes, worker_id)
         self.num_compactions = 0
         self.num_session_parks = 0
         self.num_session_restores = 0
@@ -95,6 +98,9 @@ class KvBook:
         self.table.remove(s)
         if s.has_seq:  # seq_rm(-1, ...) would clear every sequence
             self.ctx.seq_rm(s.seq_id, -1, -1)
+        else:
+            self.spill.drop(s.parked_kv)
+            s.parked_kv = None
 
     # -- parked sessions (see `session`) -------------------------------------------------
     def park_session(self, s: Session) -> None:
@@ -108,16 +114,31 @@ class KvBook:
         s.parked_kv = state
         s.seq_id = NO_SEQ
         self.num_session_parks += 1
+        self._keep_parked_within_budget()
+
+    def _keep_parked_within_budget(self) -> None:
+        """Past the budget, the least recently used parked KV copies go to disk."""
+        held = [s for s in self.table.values() if not s.has_seq and size_of(s.parked_kv)]
+        total = sum(size_of(s.parked_kv) for s in held)
+        for s in sorted(held, key=lambda s: s.last_used):
+            if not self.spill.over_budget(total):
+                return
+            size = size_of(s.parked_kv)
+            s.parked_kv = self.spill.spill(s.parked_kv, s.session_id)
+            if size_of(s.parked_kv):
+                return  # could not be written: it stays in memory
+            total -= size
 
     def unpark_session(self, s: Session, seq_id: int) -> None:
         """Give a parked session the free sequence `seq_id` and copy its KV back in;
         if it does not fit or cannot be restored, its tokens are decoded again."""
         assert not s.has_seq
-        state, s.parked_kv = s.parked_kv, None
+        state, s.parked_kv = self.spill.load(s.parked_kv), None
         fits = bool(s.tokens) and self.make_room(len(s.tokens)) >= len(s.tokens)
         s.seq_id = seq_id
         self.num_session_restores += 1
-        if not s.tokens or (fits and self.ctx.restore_seq_state(seq_id, state)):
+        restored = state is not None and fits and self.ctx.restore_seq_state(seq_id, state)
+        if not s.tokens or restored:
             return
         self.ctx.seq_rm(seq_id, -1, -1)
         s.pending[:0] = s.tokens

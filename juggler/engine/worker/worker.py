@@ -121,6 +121,7 @@ class Worker(OwnerThread):
             self.table,
             cache_cells=cfg.cache_cells if cfg.cache_cells is not None else n_ctx // 8,
             parked_cells=cfg.parked_cells if cfg.parked_cells is not None else n_ctx,
+            park_budget_bytes=cfg.park_budget_bytes,
             worker_id=wid,
         )
         inputs = SessionInputs(self.model, self.template, self.kv)
@@ -165,6 +166,7 @@ class Worker(OwnerThread):
         self.outbox.flush()
         self.decoder.batch.close()
         self.ctx.close()
+        self.kv.spill.close()
 
     def fail_all(self, error: EngineDead) -> None:
         for s in self.table.values():
@@ -232,6 +234,7 @@ class Worker(OwnerThread):
             num_parked_sessions=table.num_parked(),
             session_parks=self.kv.num_session_parks,
             session_restores=self.kv.num_session_restores,
+            spilled_bytes=self.kv.spill.spilled_bytes,
             is_downsized=self.ctx.is_released,
             context_bytes=0 if self.ctx.is_released else self.ctx.bytes,
             num_restores=self.soft_idle.num_restores,
