@@ -28,6 +28,7 @@ from juggler.registry.catalog import Registry
 from juggler.router import admin_routes, memory_routes, metrics_route, openai_routes, sessions
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
+from juggler.router.figures import FiguresPoller
 from juggler.router.middleware import (
     AuthMiddleware,
     BodyLimitMiddleware,
@@ -84,7 +85,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             queue_timeout_s=settings.queue_timeout_s,
         )
         pins = PinBook(juggler_home() / "pins.json")
-        app.state.juggler = RouterState(settings, registry, manager, proxy, pins)
+        figures = FiguresPoller(manager.snapshot, proxy.client)
+        figures.start()
+        app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures)
         warmup = asyncio.create_task(_warm_up(manager, settings.model, pins))
         try:
             yield
@@ -93,6 +96,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
                 warmup.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await warmup
+            await figures.stop()
             await proxy.aclose()
             await manager.stop()
 

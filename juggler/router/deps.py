@@ -9,6 +9,7 @@ from fastapi import Request
 from juggler.config import Settings
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
+from juggler.router.figures import FiguresPoller
 from juggler.router.pins import PinBook
 from juggler.router.proxy import Proxy
 from juggler.router.session_table import SessionTable
@@ -21,6 +22,7 @@ class RouterState:
     manager: Manager
     proxy: Proxy
     pins: PinBook
+    figures: FiguresPoller
     sessions: SessionTable = field(default_factory=lambda: SessionTable())
 
 

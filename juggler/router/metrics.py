@@ -17,29 +17,17 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from juggler.router.figures import BackendFigures, Totals
+
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
-
-
-@dataclass(frozen=True)
-class BackendFigures:
-    """What one ready backend reported (zeros when it did not answer)."""
-
-    model: str
-    model_type: str
-    device: str
-    running: int = 0
-    waiting: int = 0
-    kv_used: int = 0
-    kv_total: int = 0
-    in_flight: int = 0
-    pinned: bool = False
-
-    @property
-    def kv_usage(self) -> float:
-        return self.kv_used / self.kv_total if self.kv_total else 0.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +37,19 @@ class MetricsView:
     router_waiting: int = 0
     #: Manager counters since start (`queued` is a gauge: loads queued or running).
     counters: dict[str, int] = field(default_factory=dict)
+    #: Counters and histograms of backends that are gone (they never go down).
+    retired: Totals = field(default_factory=Totals)
+    #: `max_lora` when no backend reports one (the engine's --max-active-adapters).
+    default_max_lora: int = 0
+    #: When the LoRA state last changed (the value of vllm:lora_requests_info).
+    lora_changed_at: float = 0.0
+
+    @property
+    def totals(self) -> Totals:
+        out = self.retired
+        for b in self.backends:
+            out = out.plus(b.totals)
+        return out
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -90,12 +91,54 @@ class ViewCollector(Collector):
         )
         info.add_metric(["1", str(total)], 1)
         yield info
+        yield from self._seed_004()
         yield from self._per_model()
         for key, value in sorted(view.counters.items()):
             if key == "queued":
                 yield _gauge("juggler:loads_queued", "Loads queued or running.", value)
             else:
                 yield CounterMetricFamily(f"juggler:{key}", f"Manager counter {key}.", value=value)
+
+    def _seed_004(self) -> Iterator[Metric]:
+        view = self.view
+        backends = view.backends
+        yield _gauge(
+            "vllm:num_tokens_running",
+            "Tokens held by the sequences generating now.",
+            sum(b.tokens_running for b in backends),
+        )
+        yield _gauge(
+            "vllm:num_tokens_waiting",
+            "Prompt tokens of the requests waiting for a sequence.",
+            sum(b.tokens_waiting for b in backends),
+        )
+        yield _gauge(
+            "vllm:max_token_capacity",
+            "KV-cache cells (tokens) across all backends.",
+            sum(b.kv_total for b in backends),
+        )
+        running = sorted({a for b in backends for a in b.running_adapters})
+        waiting = sorted({a for b in backends for a in b.waiting_adapters})
+        max_lora = max((b.max_lora for b in backends), default=0) or view.default_max_lora
+        lora = GaugeMetricFamily(
+            "vllm:lora_requests_info",
+            "LoRA adapters applied now and wanted by waiting requests; value: last change.",
+            labels=["running_lora_adapters", "waiting_lora_adapters", "max_lora"],
+        )
+        lora.add_metric([",".join(running), ",".join(waiting), str(max_lora)], view.lora_changed_at)
+        yield lora
+        totals = view.totals
+        yield CounterMetricFamily(
+            "vllm:prompt_tokens", "Prompt tokens processed.", value=totals.prompt_tokens
+        )
+        yield CounterMetricFamily(
+            "vllm:generation_tokens", "Tokens generated.", value=totals.generation_tokens
+        )
+        for name, doc, hist in (
+            ("vllm:time_to_first_token_seconds", "Time to first token.", totals.ttft),
+            ("vllm:time_per_output_token_seconds", "Time per output token.", totals.tpot),
+        ):
+            yield HistogramMetricFamily(name, doc, buckets=hist.cumulative(), sum_value=hist.total)
 
     def _per_model(self) -> Iterator[Metric]:
         backends = self.view.backends

@@ -38,6 +38,9 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
         "parked_sessions": sum(s.num_parked_sessions for s in snaps),
         "session_parks_total": sum(s.session_parks for s in snaps),
         "session_restores_total": sum(s.session_restores for s in snaps),
+        "tokens_running": sum(s.tokens_running for s in snaps),
+        "tokens_waiting": sum(s.tokens_waiting for s in snaps),
+        "max_token_capacity": total,
     }
 
 
@@ -70,6 +73,10 @@ def stats_body(engine: Engine) -> dict[str, Any]:
                 "prompt_tokens_reused_total": t.prompt_tokens_reused,
                 "generation_tokens_total": t.generation_tokens,
                 "requests_finished_total": t.requests_finished,
+                "histograms": {
+                    "time_to_first_token_seconds": t.ttft.to_json(),
+                    "time_per_output_token_seconds": t.tpot.to_json(),
+                },
             }
         )
     return out

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from juggler.api.histogram import TPOT_BUCKETS, TTFT_BUCKETS, Histogram
 from juggler.engine.cache.prefix_cache import best_affinity
 from juggler.engine.schedule.messages import (
     AppendInput,
@@ -78,6 +79,9 @@ class Totals:
     prompt_tokens_reused: int = 0
     generation_tokens: int = 0
     requests_finished: int = 0
+    #: Seed 004's latency histograms (vLLM's buckets).
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    tpot: Histogram = field(default_factory=lambda: Histogram(TPOT_BUCKETS))
 
 
 def _reject(cmd: Command, exc: BaseException) -> None:
@@ -182,3 +186,7 @@ class Master:
         t.prompt_tokens_reused += stats.prompt_tokens_reused
         t.generation_tokens += stats.output_tokens
         t.requests_finished += 1
+        if stats.output_tokens:
+            t.ttft.observe(stats.time_to_first_token)
+        for gap in stats.decode_token_times:
+            t.tpot.observe(gap)

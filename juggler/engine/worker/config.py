@@ -56,6 +56,9 @@ class WorkerSnapshot:
     session_parks: int = 0
     session_restores: int = 0
     spilled_bytes: int = 0
+    #: Seed 004: tokens of the sequences generating now, and of the prompts waiting.
+    tokens_running: int = 0
+    tokens_waiting: int = 0
     #: Seed 002's soft idle: the context is freed; what it holds while made (RSS growth
     #: when it was made); restores after downsizes, and how long the last one took.
     is_downsized: bool = False

@@ -235,6 +235,10 @@ class Worker(OwnerThread):
             session_parks=self.kv.num_session_parks,
             session_restores=self.kv.num_session_restores,
             spilled_bytes=self.kv.spill.spilled_bytes,
+            tokens_running=sum(
+                s.n_past + len(s.pending) for s in table.values() if s.generation is not None
+            ),
+            tokens_waiting=sum(len(c.prompt) for c in self.api.waiting),
             is_downsized=self.ctx.is_released,
             context_bytes=0 if self.ctx.is_released else self.ctx.bytes,
             num_restores=self.soft_idle.num_restores,
