@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import httpx
 import typer
 
+from juggler.cli.client import Client, ServerError
 from juggler.cli.common import cli_settings, config_app, err, out
 from juggler.config import ConfigError, config_path, read_config_file, set_value
 
@@ -24,6 +26,27 @@ def config_set(pairs: Annotated[list[str], typer.Argument(help="key=value ...")]
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from None
         out.print(f"{key.strip()} = {value.strip()}  ({config_path()})")
+        if key.strip() in RUNTIME_KEYS:
+            _apply_to_running_server(key.strip())
+
+
+#: Settings a running server takes at once over `POST /internal/set` (as Lemonade's CLI).
+RUNTIME_KEYS = ("auto_evict", "auto_evict_threshold_pct", "max_loaded_models")
+
+
+def _apply_to_running_server(key: str) -> None:
+    """Tell a running server too, so the setting takes effect without a restart."""
+    settings = cli_settings()
+    value = settings.model_dump(mode="json")[key]
+    try:
+        Client(settings, timeout_s=10).post("/internal/set", {key: value}, admin=True)
+    except httpx.TransportError:
+        out.print("  (no server running: it takes effect when Juggler starts)")
+        return
+    except ServerError as exc:
+        err.print(f"[yellow]warning:[/yellow] the running server refused it: {exc.message}")
+        return
+    out.print("  applied to the running server")
 
 
 @config_app.command("get")

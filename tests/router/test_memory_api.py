@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -211,3 +213,20 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_config_set_reaches_a_running_server(server: RunningServer) -> None:
+    """Issue 11: `juggler config set auto_evict=true` takes effect without a restart."""
+    port = server.base_url.rsplit(":", 1)[1]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("JUGGLER_")},
+        "JUGGLER_HOME": str(server.home),
+        "JUGGLER_PORT": port,
+    }
+    cmd = [sys.executable, "-m", "juggler", "config", "set", "auto_evict=true"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "applied to the running server" in done.stdout
+    assert server.health()["memory"]["auto_evict"] is True  # type: ignore[index]
+    stored = json.loads((server.home / "config.json").read_text())
+    assert stored["auto_evict"] is True
