@@ -14,6 +14,7 @@ import pytest
 
 from juggler.engine.schedule.messages import (
     AppendInput,
+    Cancel,
     Complete,
     CreateSession,
     EndSession,
@@ -21,7 +22,7 @@ from juggler.engine.schedule.messages import (
     RequestDone,
 )
 from juggler.engine.schedule.stream import EventKind
-from juggler.errors import TooManyRequests
+from juggler.errors import Conflict, SessionNotFound, TooManyRequests
 from tests.engine.fake_llama import BOS, Faults, greedy
 from tests.engine.rig import Rig
 from tests.engine.test_worker_sessions import (
@@ -103,22 +104,72 @@ def test_a_kv_that_cannot_be_restored_is_decoded_again() -> None:
     asyncio.run(go())
 
 
-def test_generate_on_a_parked_session_while_every_sequence_generates_is_429() -> None:
+def test_generate_on_a_parked_session_waits_for_a_sequence_in_order() -> None:
+    """A session's generate waits while every sequence generates (bounded, in order), and
+    starts as soon as a generation ends; its answer is the one it would have had."""
+
     async def go() -> None:
-        rig = Rig(n_seq_max=1)
+        rig, control = Rig(n_seq_max=1), Rig(n_seq_max=3)
         await create(rig, "a")
         await append(rig, "a", "long")
         busy = await generate(rig, "a", greedy_params(30))
-        await create(rig, "b")  # starts parked: the one sequence is generating
-        await append(rig, "b", "waits as pending input")
-        reply = rig.reply()
-        await rig.send(Generate("b", reply, greedy_params(3), rig.sink(), 0.0))
-        with pytest.raises(TooManyRequests) as err:
-            answer(reply)
-        assert err.value.status == 429 and err.value.retry_after_s > 0
+        for sid in ("b", "c"):
+            await create(rig, sid)  # start parked: the one sequence is generating
+            await append(rig, sid, f"<{sid}> waits as pending input")
+            await create(control, sid)
+            await append(control, sid, f"<{sid}> waits as pending input")
+        replies, sinks = {}, {}
+        for sid in ("b", "c"):
+            sinks[sid], replies[sid] = rig.sink(), rig.reply()
+            await rig.send(Generate(sid, replies[sid], greedy_params(3), sinks[sid], 0.0))
+        assert not replies["b"].done() and rig.worker.snapshot.num_waiting == 2
+        again = rig.reply()
+        await rig.send(Generate("b", again, greedy_params(3), rig.sink(), 0.0))
+        with pytest.raises(Conflict):
+            answer(again)
         assert (await run_out(rig, busy))[-1].kind is EventKind.DONE
-        got = await run_out(rig, await generate(rig, "b", greedy_params(3)))
-        assert got[-1].kind is EventKind.DONE and len(token_ids(got)) == 3
+        for sid in ("b", "c"):
+            got = await run_out(rig, sinks[sid])
+            assert answer(replies[sid])["session_id"] == sid
+            want = await run_out(control, await generate(control, sid, greedy_params(3)))
+            assert token_ids(got) == token_ids(want)
+
+    asyncio.run(go())
+
+
+def test_a_waiting_generate_times_out_is_cancelled_or_ends_with_its_session() -> None:
+    async def go() -> None:
+        rig = Rig(n_seq_max=1, max_waiting=2)
+        await create(rig, "a")
+        await append(rig, "a", "x")
+        busy = await generate(rig, "a", greedy_params(40))
+        replies = {}
+        for sid in ("b", "c", "d"):
+            await create(rig, sid)
+            await append(rig, sid, "y")
+            replies[sid] = rig.reply()
+            await rig.send(Generate(sid, replies[sid], greedy_params(2), rig.sink(), 0.0))
+        with pytest.raises(TooManyRequests):
+            answer(replies["d"])  # two already wait: the queue is full
+        cancel = rig.reply()
+        await rig.send(Cancel("b", cancel))
+        assert answer(cancel)["cancelled"] is True
+        with pytest.raises(Conflict):
+            answer(replies["b"])
+        rig.worker.api.queue_timeout_s = 0.0
+        await rig.tick()
+        with pytest.raises(TooManyRequests):
+            answer(replies["c"])
+        rig.worker.api.queue_timeout_s = 3600
+        late = rig.reply()
+        await rig.send(Generate("d", late, greedy_params(2), rig.sink(), 0.0))
+        ended = rig.reply()
+        await rig.send(EndSession("d", ended))
+        assert answer(ended)["deleted"] is True
+        with pytest.raises(SessionNotFound):
+            answer(late)
+        assert rig.worker.snapshot.num_waiting == 0
+        assert (await run_out(rig, busy))[-1].kind is EventKind.DONE
 
     asyncio.run(go())
 

@@ -6,7 +6,7 @@ state is saved to host memory [...] and restored on their next input. The next r
 restores the contexts transparently." (issue 11, after seed 002)
 
 `SoftIdle` runs on the worker thread. `downsize` parks every idle session and cached
-prefix (`SessionApi.park_all`: each sequence's KV copied to host memory) and releases
+prefix (each sequence's KV copied to host memory, see `KvBook.park_session`) and releases
 the `ContextSlot`; `restore` makes the context again before the next command that needs
 it. Sessions then come back one by one, on their next input, exactly as parked sessions
 always do (see `session`).
@@ -43,11 +43,28 @@ class SoftIdle:
             return {"downsized": True, "context_bytes": 0, "sessions_parked": 0}
         if self.table.is_generating() or self.api.waiting:
             return {"downsized": False, "reason": "busy"}
-        parked = self.api.park_all()
+        parked = self._park_all()
         freed = self.ctx.bytes
         self.ctx.release()
         log.info("worker %d: downsized (context freed, %d sessions parked)", self.worker_id, parked)
         return {"downsized": True, "context_bytes": freed, "sessions_parked": parked}
+
+    def _park_all(self) -> int:
+        """Park every idle session and cached prefix; returns how many sessions."""
+        api, kv = self.api, self.api.kv
+        num = 0
+        for s in list(self.table.values()):
+            if s.is_ephemeral or not s.has_seq:
+                continue
+            assert s.generation is None, "parking a generating session"
+            api.inputs.drop_speculation(s)
+            kv.park_session(s)
+            num += 1
+        kv.park_cached()
+        for s in list(self.table.values()):
+            if s.is_ephemeral:
+                kv.evict(s.seq_id)
+        return num
 
     def restore(self) -> None:
         """Make the context again (before work that needs it)."""

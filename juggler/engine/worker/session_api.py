@@ -30,6 +30,7 @@ from juggler.engine.worker.config import MAX_WAITING, QUEUE_TIMEOUT_S, Clock
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.inputs import SessionInputs
 from juggler.engine.worker.kv import KvBook
+from juggler.engine.worker.pending import PendingGenerates
 from juggler.engine.worker.policy import (
     Admission,
     admit_stateless,
@@ -44,6 +45,7 @@ from juggler.errors import (
     Conflict,
     ContextOverflow,
     JugglerError,
+    SessionNotFound,
     TooManyRequests,
 )
 
@@ -76,6 +78,8 @@ class SessionApi:
         #: Stateless requests waiting for a sequence or for KV cells, and since when.
         self.waiting: collections.deque[Complete] = collections.deque()
         self._enqueued_at: dict[str, float] = {}
+        #: Session generates waiting for a sequence.
+        self.pending = PendingGenerates()
 
     def create(self, cmd: CreateSession) -> None:
         """A new session on a free sequence (parking the least recently used idle session
@@ -98,45 +102,23 @@ class SessionApi:
                 seq = self.kv.take_seq()
         return seq
 
-    def park_all(self) -> int:
-        """Park every idle session and cached prefix (before the context is freed);
-        returns how many sessions were parked."""
-        num = 0
-        for s in list(self.table.values()):
-            if s.is_ephemeral or not s.has_seq:
-                continue
-            assert s.generation is None, "park_all while generating"
-            self.inputs.drop_speculation(s)
-            self.kv.park_session(s)
-            num += 1
-        self.kv.park_cached()
-        for s in list(self.table.values()):
-            if s.is_ephemeral:
-                self.kv.evict(s.seq_id)
-        return num
-
-    def _unpark(self, s: Session, *, required: bool) -> None:
-        """Give a parked session a sequence back (and its KV). Without one free, a
-        generate is refused with 429 (every sequence is generating: one ends soon);
-        appended input just waits as pending input of the parked session."""
+    def _unpark(self, s: Session) -> bool:
+        """Give a parked session a sequence back (and its KV); False when every sequence
+        is generating (appended input then waits as pending input of the parked session,
+        a generate waits in `pending`)."""
         if s.has_seq:
-            return
+            return True
         seq = self._free_seq(keep=s)
         if seq is None:
-            if required:
-                raise TooManyRequests(
-                    "every sequence of this backend is generating; retry shortly "
-                    "(or start the backend with a larger --parallel)",
-                    retry_after_s=1,
-                )
-            return
+            return False
         self.kv.unpark_session(s, seq)
+        return True
 
     def append(self, cmd: AppendInput) -> None:
         s = self.table.api_session(cmd.session_id)
-        if s.generation is not None:
+        if s.generation is not None or self.pending.has(s.session_id):
             raise Conflict("the session is generating; cancel it or wait for it to finish")
-        self._unpark(s, required=False)
+        self._unpark(s)
         num_new = self.inputs.append(s, cmd.text, cmd.messages)
         s.last_used = self.clock.tick
         self.outbox.resolve(
@@ -148,9 +130,15 @@ class SessionApi:
 
     def generate(self, cmd: Generate) -> None:
         s = self.table.api_session(cmd.session_id)
-        if s.generation is not None:
+        if s.generation is not None or self.pending.has(s.session_id):
             raise Conflict("the session is already generating")
-        self._unpark(s, required=True)
+        if not self._unpark(s):
+            self._check_room_to_wait()
+            self.pending.add(cmd, self.clock.now())
+            return  # answered when a sequence frees up (see admit_waiting)
+        self._start_generate(s, cmd)
+
+    def _start_generate(self, s: Session, cmd: Generate) -> None:
         continues, saved = self.inputs.prepare_generate(s)
         if not s.pending and saved is not None:
             # The speculative prefill already produced this turn's logits.
@@ -173,10 +161,19 @@ class SessionApi:
         was = s.generation is not None
         if was:
             self.gens.finish(s, "cancelled")
+        waiting = self.pending.remove(s.session_id)
+        if waiting is not None:
+            was = True
+            self.outbox.reject(
+                waiting.reply, Conflict("the generate was cancelled before it began")
+            )
         self.outbox.resolve(cmd.reply, {"session_id": s.session_id, "cancelled": was})
 
     def end(self, cmd: EndSession) -> None:
         s = self.table.api_session(cmd.session_id)
+        waiting = self.pending.remove(s.session_id)
+        if waiting is not None:
+            self.outbox.reject(waiting.reply, SessionNotFound("the session was ended"))
         if s.generation is not None:
             self.gens.finish(s, "cancelled")
         self.kv.release(s)
@@ -190,6 +187,7 @@ class SessionApi:
         can never fit is refused, one whose client left is dropped, and one that waited
         `queue_timeout_s` is answered 429."""
         self._expire_waiting()
+        self._admit_generates()
         while self.waiting:
             cmd = self.waiting[0]
             reuse = self.kv.reuse_for(cmd.prompt)
@@ -217,13 +215,46 @@ class SessionApi:
             else:
                 self.start_stateless(cmd, reuse)
 
-    def enqueue(self, cmd: Complete) -> None:
-        """A stateless request joins the wait; past `max_waiting` it is refused (429)."""
-        if len(self.waiting) >= self.max_waiting:
+    def _admit_generates(self) -> None:
+        """Start waiting session generates in order while sequences free up."""
+        gone, late = self.pending.take_expired(self.clock.now(), self.queue_timeout_s)
+        for g in gone:
+            self.outbox.reject(g.reply, JugglerError("the client went away"))
+        for g in late:
+            self.outbox.reject(g.reply, self._timed_out())
+        while (cmd := self.pending.first()) is not None:
+            s = self.table.get(cmd.session_id)
+            if s is None or s.is_ephemeral:
+                self.pending.pop_first()
+                self.outbox.reject(
+                    cmd.reply, SessionNotFound(f"session not found: {cmd.session_id}")
+                )
+                continue
+            if not self._unpark(s):
+                return  # every sequence is still generating
+            self.pending.pop_first()
+            try:
+                self._start_generate(s, cmd)
+            except JugglerError as exc:
+                self.outbox.reject(cmd.reply, exc)
+
+    def _timed_out(self) -> TooManyRequests:
+        return TooManyRequests(
+            f"no sequence of this backend was free for {self.queue_timeout_s:.0f} s; retry later",
+            retry_after_s=5,
+        )
+
+    def _check_room_to_wait(self) -> None:
+        num = len(self.waiting) + len(self.pending)
+        if num >= self.max_waiting:
             raise TooManyRequests(
-                f"{len(self.waiting)} requests are already waiting on this backend; retry later",
+                f"{num} requests are already waiting on this backend; retry later",
                 retry_after_s=1,
             )
+
+    def enqueue(self, cmd: Complete) -> None:
+        """A stateless request joins the wait; past `max_waiting` it is refused (429)."""
+        self._check_room_to_wait()
         self.waiting.append(cmd)
         self._enqueued_at[cmd.request_id] = self.clock.now()
 
@@ -237,12 +268,7 @@ class SessionApi:
                 self.outbox.reject(cmd.reply, JugglerError("the client went away"))
                 self.notify(RequestDone(cmd.request_id, self.worker_id))
             elif now - self._enqueued_at.get(cmd.request_id, now) > self.queue_timeout_s:
-                error = TooManyRequests(
-                    f"no sequence of this backend was free for {self.queue_timeout_s:.0f} s; "
-                    "retry later",
-                    retry_after_s=5,
-                )
-                self.refuse_stateless(cmd, error)
+                self.refuse_stateless(cmd, self._timed_out())
             else:
                 kept.append(cmd)
                 continue

@@ -179,6 +179,8 @@ class Worker(OwnerThread):
         waiting = self.api.waiting
         while waiting:
             self.outbox.reject(waiting.popleft().reply, error)
+        for cmd in self.api.pending.drain():
+            self.outbox.reject(cmd.reply, error)
 
     # -- the loop ---------------------------------------------------------------------------
     def has_work(self) -> bool:
@@ -221,7 +223,7 @@ class Worker(OwnerThread):
         parked = self.kv.parked
         self.snapshot = WorkerSnapshot(
             num_running=table.num_running(),
-            num_waiting=len(self.api.waiting),
+            num_waiting=len(self.api.waiting) + len(self.api.pending),
             num_sessions=table.num_api_sessions(),
             num_cached=table.num_cached(),
             kv_used=self.kv.used(),
