@@ -53,7 +53,7 @@ from juggler.engine.schedule.messages import (
     reply_of,
 )
 from juggler.engine.schedule.stream import EventKind, StreamEvent
-from juggler.engine.worker.config import Clock, WorkerConfig, WorkerSnapshot
+from juggler.engine.worker.config import Clock, WorkerConfig
 from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.decoder import Decoder, Outcome
 from juggler.engine.worker.downsize import SoftIdle
@@ -62,6 +62,7 @@ from juggler.engine.worker.inputs import SessionInputs
 from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.engine.worker.session_api import SessionApi
+from juggler.engine.worker.snapshot import take_snapshot
 from juggler.engine.worker.table import SessionTable
 from juggler.errors import EngineDead, JugglerError
 
@@ -219,33 +220,7 @@ class Worker(OwnerThread):
 
     def publish(self) -> None:
         """Replace the snapshot the event loop reads for /stats and /metrics."""
-        table = self.table
-        parked = self.kv.parked
-        self.snapshot = WorkerSnapshot(
-            num_running=table.num_running(),
-            num_waiting=len(self.api.waiting) + len(self.api.pending),
-            num_sessions=table.num_api_sessions(),
-            num_cached=table.num_cached(),
-            kv_used=self.kv.used(),
-            kv_total=self.kv.n_ctx,
-            num_decodes=self.decoder.num_decodes,
-            decode_s=self.decoder.decode_s,
-            num_compactions=self.kv.num_compactions,
-            num_parked=len(parked.entries),
-            parked_cells=parked.cells,
-            num_parked_sessions=table.num_parked(),
-            session_parks=self.kv.num_session_parks,
-            session_restores=self.kv.num_session_restores,
-            spilled_bytes=self.kv.spill.spilled_bytes,
-            tokens_running=sum(
-                s.n_past + len(s.pending) for s in table.values() if s.generation is not None
-            ),
-            tokens_waiting=sum(len(c.prompt) for c in self.api.waiting),
-            is_downsized=self.ctx.is_released,
-            context_bytes=0 if self.ctx.is_released else self.ctx.bytes,
-            num_restores=self.soft_idle.num_restores,
-            last_restore_s=self.ctx.last_make_s if self.soft_idle.num_restores else 0.0,
-        )
+        self.snapshot = take_snapshot(self)
 
     # -- commands --------------------------------------------------------------------------
     def _take_commands(self) -> None:

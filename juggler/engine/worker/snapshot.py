@@ -1,0 +1,41 @@
+"""What a worker publishes after every tick for /stats, /health and /metrics: one
+immutable `WorkerSnapshot` read from its parts (on the worker thread)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from juggler.engine.worker.config import WorkerSnapshot
+
+if TYPE_CHECKING:
+    from juggler.engine.worker.worker import Worker
+
+
+def take_snapshot(w: Worker) -> WorkerSnapshot:
+    table, kv, api, ctx = w.table, w.kv, w.api, w.ctx
+    parked = kv.parked
+    return WorkerSnapshot(
+        num_running=table.num_running(),
+        num_waiting=len(api.waiting) + len(api.pending),
+        num_sessions=table.num_api_sessions(),
+        num_cached=table.num_cached(),
+        kv_used=kv.used(),
+        kv_total=kv.n_ctx,
+        num_decodes=w.decoder.num_decodes,
+        decode_s=w.decoder.decode_s,
+        num_compactions=kv.num_compactions,
+        num_parked=len(parked.entries),
+        parked_cells=parked.cells,
+        num_parked_sessions=table.num_parked(),
+        session_parks=kv.num_session_parks,
+        session_restores=kv.num_session_restores,
+        spilled_bytes=kv.spill.spilled_bytes,
+        tokens_running=sum(
+            s.n_past + len(s.pending) for s in table.values() if s.generation is not None
+        ),
+        tokens_waiting=sum(len(c.prompt) for c in api.waiting),
+        is_downsized=ctx.is_released,
+        context_bytes=0 if ctx.is_released else ctx.bytes,
+        num_restores=w.soft_idle.num_restores,
+        last_restore_s=ctx.last_make_s if w.soft_idle.num_restores else 0.0,
+    )
