@@ -147,9 +147,13 @@ def test_two_workers_place_sessions_on_both(smol_path: Path, log_dir: Path) -> N
         with b.client() as c:
             assert c.get("/health").json()["workers"] == 2
             sids = [c.post("/v1/sessions", json={}).json()["session_id"] for _ in range(4)]
-            # Two workers x two sequences: a fifth live session has no room.
+            # Two workers x two sequences, all held: a fifth session parks the least
+            # recently used idle one (issue 10: idle sessions never make others wait).
+            assert c.get("/stats").json()["parked_sessions"] == 0
             r = c.post("/v1/sessions", json={})
-            assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
+            assert r.status_code == 200, r.text
+            assert c.get("/stats").json()["parked_sessions"] == 1
+            assert c.delete(f"/v1/sessions/{r.json()['session_id']}").status_code == 200
             for sid in sids:
                 c.post(f"/v1/sessions/{sid}/input", json={"text": "Hello there"})
         with ThreadPoolExecutor(4) as pool:

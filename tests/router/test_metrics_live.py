@@ -62,7 +62,11 @@ def test_waiting_while_a_model_loads_and_running_while_it_streams(server: Runnin
     body = {"model": GEMMA, "prompt": "Once upon a time", "max_tokens": 120, "temperature": 0}
     with server.client() as c:
         assert scrape(c)["vllm:num_requests_waiting"] == 0
-        first = in_thread(lambda: server.client().post("/v1/completions", json=body))
+        def load_and_complete() -> None:
+            with server.client() as s:
+                s.post("/v1/completions", json=body)
+
+        first = in_thread(load_and_complete)
         until(c, lambda m: m["vllm:num_requests_waiting"] >= 1)  # waiting for the load
         first.join()
         stream = {**body, "stream": True, "max_tokens": 400, "ignore_eos": True}
