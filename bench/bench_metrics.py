@@ -80,7 +80,7 @@ def main() -> int:
         streams(router.base_url, args.streams, 8, 3.0)  # warm up
         for i in range(args.rounds):
             pair: dict[str, float] = {}
-            for mode in ("AB" if i % 2 == 0 else "BA"):
+            for mode in "AB" if i % 2 == 0 else "BA":
                 stop = threading.Event()
                 scrape = threading.Thread(
                     target=scraper, args=(router.base_url, args.hz, stop, latencies)

@@ -62,6 +62,7 @@ def test_waiting_while_a_model_loads_and_running_while_it_streams(server: Runnin
     body = {"model": GEMMA, "prompt": "Once upon a time", "max_tokens": 120, "temperature": 0}
     with server.client() as c:
         assert scrape(c)["vllm:num_requests_waiting"] == 0
+
         def load_and_complete() -> None:
             with server.client() as s:
                 s.post("/v1/completions", json=body)
