@@ -15,6 +15,7 @@ It implements `juggler.engine.llama.ports`:
 - Faults: `fail_decodes` {decode number: rc} (after writing `partial` rows),
   `raise_on_decode` (that decode raises), `no_partial_rm` (seq_rm of a tail fails, as in
   sliding-window caches), `fail_restores` (restore_seq_state fails).
+- Sampling: greedy plus `logit_bias`; logits are one-hot (1.0 at the greedy token).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from juggler.engine.llama.ports import ContextParams, LlamaContext, TokenBatch
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.errors import BadRequest
 
 BOS = 256
 EOS = 257
@@ -178,18 +180,23 @@ class FakeContext:
 
 
 class FakeSampler:
-    """Greedy: the most likely token that is not banned (ties: the lowest id)."""
+    """Greedy over the logits plus `logit_bias`: the most likely token that is not
+    banned (ties: the lowest id). Grammars are not applied (see the real sampler)."""
 
-    def __init__(self, ctx: FakeContext, banned: Sequence[int]) -> None:
+    def __init__(self, ctx: FakeContext, params: SamplingParams, banned: Sequence[int]) -> None:
         self.ctx = ctx
+        self.params = params
         self.banned = set(banned)
+        self.bias = dict(params.logit_bias)
         self.closed = False
 
     def sample(self, row: int) -> int:
         return self.sample_logits(self.ctx.logits_row(row))
 
     def sample_logits(self, logits: Any) -> int:
-        best = max((v, -i) for i, v in enumerate(logits) if i not in self.banned)
+        best = max(
+            (v + self.bias.get(i, 0.0), -i) for i, v in enumerate(logits) if i not in self.banned
+        )
         return -best[1]
 
     def close(self) -> None:
@@ -232,6 +239,11 @@ class FakeLlama:
     def chat_template(self, name: str | None = None) -> str | None:
         return None
 
+    def check_grammar(self, grammar: str) -> None:
+        """Only checks that there is a root rule (llama.cpp parses for real)."""
+        if "root ::=" not in grammar:
+            raise BadRequest("grammar: no root rule", param="grammar")
+
     def new_context(self, params: ContextParams) -> FakeContext:
         ctx = FakeContext(params, self.faults)
         self.contexts.append(ctx)
@@ -244,6 +256,6 @@ class FakeLlama:
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
     ) -> FakeSampler:
         assert isinstance(ctx, FakeContext)
-        sampler = FakeSampler(ctx, banned)
+        sampler = FakeSampler(ctx, params, banned)
         self.samplers.append(sampler)
         return sampler

@@ -10,6 +10,7 @@ are filled in plan order and the rows that want logits are remembered with their
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import time
 
@@ -111,7 +112,8 @@ class Decoder:
             try:
                 g = s.generation
                 if g is not None:
-                    self.gens.on_token(s, g.sampler.sample(row))
+                    token = g.sampler.sample(row)
+                    self.gens.on_sampled(s, token, functools.partial(self.ctx.logits_row, row))
                 elif s.spec_header is not None:
                     s.saved_logits = self.ctx.logits_row(row)
             except EngineError as exc:  # one request's llama.cpp call failed

@@ -144,7 +144,7 @@ class SessionApi:
             # The speculative prefill already produced this turn's logits.
             g = self.gens.begin(s, cmd.params, cmd.sink, cmd.t_arrival)
             self.outbox.resolve(cmd.reply, {"session_id": s.session_id})
-            self.gens.on_token(s, g.sampler.sample_logits(saved))
+            self.gens.on_sampled(s, g.sampler.sample_logits(saved), lambda: saved)
             return
         if not s.pending:
             if not s.tokens:
