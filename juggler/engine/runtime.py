@@ -207,8 +207,10 @@ class Engine:
         add_special = self.model.add_bos and not (bos and text.startswith(bos))
         return self.model.tokenize(text, add_special=add_special)
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        return self.template.render(messages, add_generation_prompt=True)
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        return self.template.render(messages, add_generation_prompt=True, tools=tools)
 
     # -- stateless generation ------------------------------------------------------
     async def complete(

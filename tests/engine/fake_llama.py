@@ -181,19 +181,29 @@ class FakeContext:
 
 class FakeSampler:
     """Greedy over the logits plus `logit_bias`: the most likely token that is not
-    banned (ties: the lowest id). Grammars are not applied (see the real sampler)."""
+    banned (ties: the lowest id). Grammars are not applied (see the real sampler). With a
+    `script`, it samples the script's bytes instead, then EOS."""
 
-    def __init__(self, ctx: FakeContext, params: SamplingParams, banned: Sequence[int]) -> None:
+    def __init__(
+        self,
+        ctx: FakeContext,
+        params: SamplingParams,
+        banned: Sequence[int],
+        script: bytes | None = None,
+    ) -> None:
         self.ctx = ctx
         self.params = params
         self.banned = set(banned)
         self.bias = dict(params.logit_bias)
+        self.script = list(script) if script is not None else None
         self.closed = False
 
     def sample(self, row: int) -> int:
         return self.sample_logits(self.ctx.logits_row(row))
 
     def sample_logits(self, logits: Any) -> int:
+        if self.script is not None:
+            return self.script.pop(0) if self.script else EOS
         best = max(
             (v + self.bias.get(i, 0.0), -i) for i, v in enumerate(logits) if i not in self.banned
         )
@@ -212,8 +222,10 @@ class FakeLlama:
     eos = EOS
     architecture = "fake"
 
-    def __init__(self, faults: Faults | None = None) -> None:
+    def __init__(self, faults: Faults | None = None, script: bytes | None = None) -> None:
         self.faults = faults or Faults()
+        #: What every sampler writes instead of the greedy output (see FakeSampler).
+        self.script = script
         self.contexts: list[FakeContext] = []
         self.samplers: list[FakeSampler] = []
 
@@ -256,6 +268,6 @@ class FakeLlama:
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
     ) -> FakeSampler:
         assert isinstance(ctx, FakeContext)
-        sampler = FakeSampler(ctx, params, banned)
+        sampler = FakeSampler(ctx, params, banned, self.script)
         self.samplers.append(sampler)
         return sampler

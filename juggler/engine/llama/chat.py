@@ -74,6 +74,7 @@ class ChatTemplate:
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = _strftime_now
         self._template = env.from_string(source)
+        self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.origin = origin
@@ -90,12 +91,22 @@ class ChatTemplate:
         log.warning("model has no chat template; using the %s template", name)
         return cls(source, bos_token=bos_token, eos_token=eos_token, origin=name)
 
-    def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool) -> str:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """The prompt text; `tools` (OpenAI's function tools) only for templates that
+        render tools themselves (see `structured.tools`)."""
+        extra = {"tools": tools} if tools is not None else {}
         return self._template.render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token,
             eos_token=self.eos_token,
+            **extra,
         )
 
     def generation_prompt(self, messages: list[dict[str, Any]]) -> str:
