@@ -77,7 +77,8 @@ class ChatMessage(_Body):
         return "".join(str(part["text"]) for part in self.content)
 
     def as_template_input(self) -> dict[str, Any]:
-        return {"role": self.role, "content": self.text()}
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": self.text()}
 
 
 class SamplingBody(_Body):

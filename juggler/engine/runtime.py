@@ -255,11 +255,17 @@ class Engine:
         return await reply
 
     async def append_input(
-        self, session_id: str, *, text: str | None = None, messages: list[Message] | None = None
+        self,
+        session_id: str,
+        *,
+        text: str | None = None,
+        messages: list[Message] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         reply: Reply = self._future()
         msgs = tuple(messages) if messages is not None else None
-        self._send(AppendInput(session_id, reply, text=text, messages=msgs))
+        kit = tuple(tools) if tools is not None else None
+        self._send(AppendInput(session_id, reply, text=text, messages=msgs, tools=kit))
         return await reply
 
     async def generate(self, session_id: str, params: SamplingParams) -> StreamSink:

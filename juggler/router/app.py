@@ -25,7 +25,14 @@ from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
-from juggler.router import admin_routes, memory_routes, metrics_route, openai_routes, sessions
+from juggler.router import (
+    admin_routes,
+    memory_routes,
+    metrics_route,
+    openai_routes,
+    responses,
+    sessions,
+)
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
 from juggler.router.figures import FiguresPoller
@@ -106,6 +113,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
+        app.include_router(responses.router, prefix=prefix)
     app.include_router(admin_routes.internal)
     app.include_router(memory_routes.internal)
     app.include_router(metrics_route.router)

@@ -12,6 +12,7 @@ from juggler.registry.catalog import Registry
 from juggler.router.figures import FiguresPoller
 from juggler.router.pins import PinBook
 from juggler.router.proxy import Proxy
+from juggler.router.response_table import ResponseTable
 from juggler.router.session_table import SessionTable
 
 
@@ -24,6 +25,7 @@ class RouterState:
     pins: PinBook
     figures: FiguresPoller
     sessions: SessionTable = field(default_factory=lambda: SessionTable())
+    responses: ResponseTable = field(default_factory=lambda: ResponseTable())
 
 
 def state_of(request: Request) -> RouterState:

@@ -113,11 +113,13 @@ def test_generic_format_describes_tools_in_the_system_message_and_writes_calls_a
     assert no_role[3] == {"role": "user", "content": "Result of get_weather: sunny"}
 
 
-def test_tool_choice_none_offers_no_tools() -> None:
+def test_tool_choice_none_keeps_the_prompt_and_allows_only_text() -> None:
+    auto = tool_plan(tools(WEATHER), "auto", None, ToolCaps())
     plan = tool_plan(tools(WEATHER), "none", None, ToolCaps())
     msgs, _ = chat_messages(conversation(), plan, ToolCaps())
-    assert msgs[0] == {"role": "system", "content": "Be brief."}
-    assert plan is not None and tool_grammar(plan) is None
+    assert msgs == chat_messages(conversation(), auto, ToolCaps())[0]
+    assert plan is not None
+    assert rules(tool_grammar(plan))["root"] == "text", "plain text that cannot open a call"
 
 
 def test_native_templates_get_tools_and_calls_in_hugging_face_form() -> None:

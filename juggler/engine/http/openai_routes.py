@@ -73,6 +73,8 @@ def chat_sampling(engine: Engine, body: api.ChatRequest, plan: ToolPlan | None) 
                 param="tools",
             )
         grammar = tool_grammar(plan)
+    elif plan is not None and grammar is None:
+        grammar = tool_grammar(plan)  # "none": plain text
     top = (body.top_logprobs or 0) if body.logprobs else None
     return dataclasses.replace(params, grammar=grammar, top_logprobs=top)
 

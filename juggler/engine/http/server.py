@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,10 +24,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from juggler.api import openai as api
-from juggler.engine.http import memory, openai_routes
+from juggler.api.responses import RESPONSE_ID, RESPONSE_ID_HEADER, ResponsesRequest
+from juggler.engine.http import memory, openai_routes, responses_api
 from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.http.requests import sampling_params, template_messages
+from juggler.engine.http.response_store import ResponseStore
 from juggler.engine.http.streaming import stream
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
@@ -120,6 +124,25 @@ def create_app(engine: Engine) -> FastAPI:
     @app.post("/v1/completions", response_model=None)
     async def completions(body: api.CompletionRequest, request: Request) -> Any:
         return await openai_routes.completions(engine, body, request)
+
+    # -- the Responses API -----------------------------------------------------------
+    store = ResponseStore(engine.end_session)
+
+    @app.post("/v1/responses", response_model=None)
+    async def create_response(body: ResponsesRequest, request: Request) -> Any:
+        # The router picks the id (so that it knows where the response lives).
+        rid = request.headers.get(RESPONSE_ID_HEADER, "")
+        rid = rid if re.match(RESPONSE_ID, rid) else f"resp_{uuid.uuid4().hex}"
+        return await responses_api.create(engine, caps, store, body, request, rid)
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(response_id: str) -> dict[str, Any]:
+        return store.get(response_id).body
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(response_id: str) -> dict[str, Any]:
+        store.delete(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
 
     # -- sessions --------------------------------------------------------------------
     @app.post("/v1/sessions")

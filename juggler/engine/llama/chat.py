@@ -109,11 +109,13 @@ class ChatTemplate:
             **extra,
         )
 
-    def generation_prompt(self, messages: list[dict[str, Any]]) -> str:
+    def generation_prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
         """What `add_generation_prompt` appends after these messages (e.g. the
         assistant header); empty if the template does not extend its output."""
-        without = self.render(messages, add_generation_prompt=False)
-        with_prompt = self.render(messages, add_generation_prompt=True)
+        without = self.render(messages, add_generation_prompt=False, tools=tools)
+        with_prompt = self.render(messages, add_generation_prompt=True, tools=tools)
         return with_prompt[len(without) :] if with_prompt.startswith(without) else ""
 
 
@@ -124,14 +126,17 @@ class ChatState:
     messages: list[dict[str, Any]] = field(default_factory=list)
     #: The text that the sequence's tokens (in KV and pending) spell, as rendered.
     text: str = ""
+    #: The tools the template renders (templates that render tools themselves).
+    tools: list[dict[str, Any]] | None = None
 
     def delta_for(self, template: ChatTemplate, new: list[dict[str, Any]]) -> str | None:
         """The text to append for new messages, or None if the template's rendering of
         the longer history does not start with what the sequence already holds."""
-        full = template.render([*self.messages, *new], add_generation_prompt=False)
+        full = self.full_text(template, new)
         if full.startswith(self.text):
             return full[len(self.text) :]
         return None
 
     def full_text(self, template: ChatTemplate, new: list[dict[str, Any]]) -> str:
-        return template.render([*self.messages, *new], add_generation_prompt=False)
+        messages = [*self.messages, *new]
+        return template.render(messages, add_generation_prompt=False, tools=self.tools)

@@ -9,9 +9,9 @@ inside one `llama_sampler_sample` call, in C.
 With a grammar (response_format, tools, `grammar`), a constrained sequence pays only its
 own sampling, as llama.cpp's common sampler does: draw as usual, then check that one
 token against the grammar (microseconds). Only when the grammar rejects it is the draw
-made again over the tokens the grammar allows: first among the best few by logit (enough
-when top_k or greedy decide anyway), else over the whole vocabulary (milliseconds for a
-50k vocabulary). A token is only ever accepted by the grammar after the grammar allowed
+made again over the tokens the grammar allows: first among those whose logit is close to
+the best (enough when top_k or greedy decide anyway), else over the whole vocabulary
+(milliseconds for a 50k vocabulary). A token is only ever accepted by the grammar after the grammar allowed
 it (llama.cpp aborts the process otherwise); when it allows nothing at all (it is
 complete and end-of-generation is banned), an end-of-generation token ends the output.
 
@@ -34,8 +34,10 @@ from juggler.errors import BadRequest, EngineError
 
 #: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
-#: Candidates tried first when a drawn token breaks the grammar (see the module doc).
-_FIRST_CANDIDATES = 256
+#: When a drawn token breaks the grammar, the redraw first looks among the tokens whose
+#: logit is within this much of the best (e^-8: a 3000 times less likely token), then
+#: twice as far, before the whole vocabulary (see the module doc).
+_MARGINS = (8.0, 16.0)
 
 
 def parse_grammar(vocab: Any, grammar: str) -> Any:
@@ -191,11 +193,12 @@ class Sampler:
 
     def _redraw(self, ids: Any, biased: Any) -> int | None:
         """Draw again among the tokens the grammar allows (None: it allows none)."""
-        if self.need is not None and self.n_vocab > _FIRST_CANDIDATES:
-            best = np.argpartition(-biased, _FIRST_CANDIDATES - 1)[:_FIRST_CANDIDATES]
+        top = float(biased.max()) if self.need is not None else 0.0
+        for margin in _MARGINS if self.need is not None and np.isfinite(top) else ():
+            best = np.flatnonzero(biased >= top - margin)
             few = _Candidates(ids[best], biased[best])
             few.apply(self.grammar)
-            if few.num_allowed() >= self.need:
+            if self.need is not None and few.num_allowed() >= self.need:
                 # Every allowed token outside these has a lower logit than all of them,
                 # so greedy or top_k picks the same tokens as over the whole vocabulary.
                 few.apply(self.post)

@@ -15,8 +15,8 @@ Two formats for the model's calls (`ToolSyntax`):
 Either way a grammar holds the output to the format and each function's `parameters`
 schema, so a call always parses: with tool_choice "required" or a named function the
 output must be calls (of that function); with "auto" it is calls or plain text (which
-may then not start with the format's opening character); with "none" nothing is
-constrained and no tools are offered. Pure functions; `tool_stream` parses the output.
+may then not start with the format's opening character); with "none" the output is
+such plain text. Pure functions; `tool_stream` parses the output.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 from juggler.api.openai import ChatMessage
 from juggler.api.structured import FunctionDef, Tool, ToolChoice
 from juggler.engine.llama.chat import ChatTemplate
-from juggler.engine.structured.grammar import converter, finish, visit_schema
+from juggler.engine.structured.grammar import converter, finish, guard, visit_schema
 from juggler.errors import BadRequest
 
 _PROBE = "juggler_probe_function"
@@ -141,7 +141,9 @@ def chat_messages(
     messages: Sequence[ChatMessage], plan: ToolPlan | None, caps: ToolCaps
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """The conversation as the template reads it, and the `tools` to give the template
-    (None: none). Earlier tool calls and tool results take the plan's format."""
+    (None: none). Earlier tool calls and tool results take the plan's format. The tools
+    are described whatever tool_choice says (it only changes the grammar), so that turns
+    with another tool_choice still share their prompt's prefix (and its KV)."""
     syntax = plan.syntax if plan is not None else ToolSyntax.HERMES if caps.hermes else None
     native = syntax is ToolSyntax.HERMES
     names: dict[str, str] = {}
@@ -188,7 +190,7 @@ def chat_messages(
                 )
             continue
         out.append({"role": role, "content": text, **({"name": m.name} if m.name else {})})
-    if plan is None or not plan.is_offered:
+    if plan is None or not plan.functions:
         return out, None
     if native:
         tools = [
@@ -233,10 +235,14 @@ def _local_defs(params: dict[str, Any], prefix: str, param: str) -> dict[str, An
     return doc
 
 
-def tool_grammar(plan: ToolPlan) -> str | None:
-    """The grammar of the plan's output, or None when tools are not offered."""
+def tool_grammar(plan: ToolPlan) -> str:
+    """The grammar of the plan's output. Under tool_choice "none" that is plain text that
+    does not open a call (a model that saw calls in the conversation tends to write one
+    as text)."""
+    text_start = "[^{ \\t\\r\\n]" if plan.syntax is ToolSyntax.GENERIC else "[^< \\t\\r\\n]"
+    text = f"text ::= {text_start} {_DOTALL}*"
     if not plan.is_offered:
-        return None
+        return guard(f"root ::= text\n{text}", param="tools")
     conv = converter()
     alternatives = []
     for i, f in enumerate(plan.functions):
@@ -252,15 +258,13 @@ def tool_grammar(plan: ToolPlan) -> str | None:
         alternatives.append(visit_schema(conv, call, f"call{i}", param=param))
     if plan.syntax is ToolSyntax.GENERIC:
         first, more, end = '"{\\"tool_calls\\": [" space call', '"," space call', '"]}"'
-        text_start = "[^{ \\t\\r\\n]"
     else:
         first = '"<tool_call>\\n" call "\\n</tool_call>"'
         more, end = first.replace('"<tool_call>', '"\\n<tool_call>'), ""
-        text_start = "[^< \\t\\r\\n]"
     calls = f"{first} ({more})*" if plan.parallel else first
     rules = [f"call ::= {' | '.join(alternatives)}", f"calls ::= {calls} {end}".rstrip()]
     if plan.choice == "auto":
-        rules += ["root ::= calls | text", f"text ::= {text_start} {_DOTALL}*"]
+        rules += ["root ::= calls | text", text]
     else:
         rules.append("root ::= calls")
     return finish(conv, param="tools", extra="\n".join(rules))

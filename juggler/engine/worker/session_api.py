@@ -119,7 +119,8 @@ class SessionApi:
         if s.generation is not None or self.pending.has(s.session_id):
             raise Conflict("the session is generating; cancel it or wait for it to finish")
         self._unpark(s)
-        num_new = self.inputs.append(s, cmd.text, cmd.messages)
+        tools = list(cmd.tools) if cmd.tools is not None else None
+        num_new = self.inputs.append(s, cmd.text, cmd.messages, tools)
         s.last_used = self.clock.tick
         self.outbox.resolve(
             cmd.reply,
