@@ -10,8 +10,8 @@ With a grammar (response_format, tools, `grammar`), a constrained sequence pays 
 own sampling, as llama.cpp's common sampler does: draw as usual, then check that one
 token against the grammar (microseconds). Only when the grammar rejects it is the draw
 made again over the tokens the grammar allows: first among those whose logit is close to
-the best (enough when top_k or greedy decide anyway), else over the whole vocabulary
-(milliseconds for a 50k vocabulary). A token is only ever accepted by the grammar after the grammar allowed
+the best (enough when greedy, top_k or min_p decide anyway: see `_redraw`), else over
+the whole vocabulary (milliseconds for a 50k vocabulary). A token is only ever accepted by the grammar after the grammar allowed
 it (llama.cpp aborts the process otherwise); when it allows nothing at all (it is
 complete and end-of-generation is banned), an end-of-generation token ends the output.
 
@@ -21,6 +21,7 @@ Owned by the worker thread of the context it samples from.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -63,10 +64,15 @@ class _Candidates:
         n = int(ids.shape[0])
         self.data = (C.llama_token_data * n)()
         self.view = np.frombuffer(memoryview(self.data).cast("B"), dtype=_TOKEN_DATA)
+        self.arr = C.llama_token_data_array(data=self.data, size=n, selected=-1, sorted=False)
+        self.refill(ids, logits)
+
+    def refill(self, ids: Any, logits: Any) -> None:
+        """Reuse the buffer (samplers reorder and shrink the array in place)."""
         self.view["id"] = ids
         self.view["logit"] = logits
         self.view["p"] = 0.0
-        self.arr = C.llama_token_data_array(data=self.data, size=n, selected=-1, sorted=False)
+        self.arr.size, self.arr.selected, self.arr.sorted = int(ids.shape[0]), -1, False
 
     def apply(self, sampler: Any) -> None:
         C.llama_sampler_apply(sampler, ctypes.byref(self.arr))
@@ -105,6 +111,11 @@ class Sampler:
         self._fill_post(params)
         #: How many best candidates a redraw needs to be exact (None: all of them).
         self.need: int | None = 1 if params.temperature <= 0.0 else (params.top_k or None)
+        #: min_p drops every token this far (in logits) below the best one left.
+        sampling = params.temperature > 0.0 and params.min_p > 0.0
+        self.min_p_gap = -math.log(params.min_p) if sampling else None
+        self.ids = np.arange(n_vocab, dtype=np.int32)
+        self._full: _Candidates | None = None
         # One chain owning both (a chain is a sampler), for the unconstrained fast path.
         self.ptr: Any = _chain()
         C.llama_sampler_chain_add(self.ptr, self.pre)
@@ -176,8 +187,12 @@ class Sampler:
         return bool(np.isfinite(one.view["logit"][0]))
 
     def _constrained(self, logits: Any) -> int:
-        ids = np.arange(self.n_vocab, dtype=np.int32)
-        cand = _Candidates(ids, logits)
+        ids = self.ids
+        if self._full is None:
+            self._full = _Candidates(ids, logits)
+        else:
+            self._full.refill(ids, logits)
+        cand = self._full
         cand.apply(self.pre)
         biased = cand.view["logit"].copy()  # `post` reorders the array in place
         cand.apply(self.post)
@@ -192,18 +207,29 @@ class Sampler:
         return token
 
     def _redraw(self, ids: Any, biased: Any) -> int | None:
-        """Draw again among the tokens the grammar allows (None: it allows none)."""
-        top = float(biased.max()) if self.need is not None else 0.0
-        for margin in _MARGINS if self.need is not None and np.isfinite(top) else ():
+        """Draw again among the tokens the grammar allows (None: it allows none).
+
+        The near candidates suffice when (a) they hold at least `need` allowed tokens:
+        every allowed token outside has a lower logit than all of them, so greedy or
+        top_k keeps the same tokens as over the whole vocabulary; or (b) min_p drops
+        every token outside anyway (the best allowed one is more than the min_p gap
+        above them), which leaves only top_p's normalisation changed, by tokens at
+        least e^-13 times less likely than the best allowed one."""
+        top = float(biased.max())
+        for margin in _MARGINS if np.isfinite(top) else ():
             best = np.flatnonzero(biased >= top - margin)
             few = _Candidates(ids[best], biased[best])
             few.apply(self.grammar)
-            if self.need is not None and few.num_allowed() >= self.need:
-                # Every allowed token outside these has a lower logit than all of them,
-                # so greedy or top_k picks the same tokens as over the whole vocabulary.
+            allowed = few.view["logit"][np.isfinite(few.view["logit"])]
+            enough = self.need is not None and allowed.size >= self.need
+            gap = self.min_p_gap
+            dropped = gap is not None and allowed.size and allowed.max() - gap >= top - margin
+            if enough or dropped:
                 few.apply(self.post)
                 return few.selected()
-        cand = _Candidates(ids, biased)
+        assert self._full is not None
+        cand = self._full
+        cand.refill(ids, biased)
         cand.apply(self.grammar)
         if cand.num_allowed() == 0:
             return None
