@@ -26,7 +26,6 @@ class City(pydantic.BaseModel):
     name: Annotated[str, pydantic.Field(max_length=40)]
     country: Annotated[str, pydantic.Field(max_length=40)]
     continent: Literal["Africa", "America", "Asia", "Europe", "Oceania"]
-    population_millions: int
     is_capital: bool
 
 
@@ -64,7 +63,7 @@ def test_json_schema_answers_parse_and_validate_for_20_prompts(
             messages=[SYSTEM, {"role": "user", "content": f"Describe the city of {place}."}],
             response_format=City,
             temperature=0,
-            max_tokens=120,
+            max_tokens=160,  # a bound the schema's longest answer stays within
         )
         choice = reply.choices[0]
         return choice.message.content or "", choice.message.parsed, choice.finish_reason
