@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from juggler.config import juggler_home
 from juggler.errors import BadRequest, NotFound
-from juggler.registry.locks import exclusive, temp_beside
+from juggler.registry.locks import edited_json
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
@@ -123,26 +122,12 @@ class AdapterBook:
         return AdapterInfo(**entry) if isinstance(entry, dict) else None
 
     def add(self, info: AdapterInfo) -> None:
-        with self._editing() as entries:
+        with edited_json(self.file) as entries:
             entries[info.adapter_id] = asdict(info)
 
     def remove(self, adapter_id: str) -> AdapterInfo:
-        with self._editing() as entries:
+        with edited_json(self.file) as entries:
             entry = entries.pop(adapter_id, None)
         if entry is None:
             raise NotFound(f"LoRA adapter {adapter_id!r} is not registered", param="adapter_id")
         return AdapterInfo(**entry)
-
-    @contextlib.contextmanager
-    def _editing(self) -> Iterator[dict[str, Any]]:
-        path = self.file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with exclusive(path):
-            entries = self._entries()
-            yield entries
-            tmp = temp_beside(path)
-            try:
-                tmp.write_text(json.dumps(entries, indent=2) + "\n")
-                tmp.replace(path)
-            finally:
-                tmp.unlink(missing_ok=True)
