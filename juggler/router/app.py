@@ -32,6 +32,7 @@ from juggler.router import (
     memory_routes,
     metrics_route,
     openai_routes,
+    responses,
     sessions,
 )
 from juggler.router.adapters import Adapters
@@ -116,6 +117,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
+        app.include_router(responses.router, prefix=prefix)
         app.include_router(adapter_routes.compat, prefix=prefix)
     app.include_router(adapter_routes.router)
     app.include_router(admin_routes.internal)
