@@ -140,3 +140,20 @@ class SessionInput(_Body):
 
 class SessionGenerate(SamplingBody):
     max_new_tokens: int | None = Field(default=None, ge=0)
+
+
+class TokenizeRequest(BaseModel):
+    """llama.cpp server's /tokenize body (Lemonade routes it to the model's backend)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr | None = None
+    content: StrictStr
+    add_special: StrictBool = True
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr | None = None
+    tokens: list[int] = Field(max_length=1 << 20)

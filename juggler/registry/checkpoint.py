@@ -164,3 +164,45 @@ def is_available(info: ModelInfo) -> bool:
     if isinstance(ref, PackageRef):
         return importlib.util.find_spec(ref.package) is not None
     return _find_hf_file(ref) is not None
+
+
+def local_file(info: ModelInfo) -> Path | None:
+    """The model's file if it is on disk now (no download, no assembly), else None."""
+    try:
+        ref = parse_checkpoint(info.checkpoint)
+    except ValueError:
+        return None
+    if isinstance(ref, LocalRef):
+        return ref.path if ref.path.is_file() else None
+    if isinstance(ref, HfRef):
+        return _find_hf_file(ref)
+    spec = importlib.util.find_spec(ref.package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    inside = Path(next(iter(spec.submodule_search_locations))) / ref.file
+    if inside.is_file():
+        return inside
+    assembled = cache_dir() / ref.package / Path(ref.file).name
+    return assembled if assembled.is_file() else None
+
+
+def remove_downloaded(checkpoint: str) -> list[Path]:
+    """Delete what `pull` downloaded for a Hugging Face checkpoint (its GGUF and any
+    partial download) from the cache; returns the files removed. Anything else (a local
+    path, a package's file) is never deleted."""
+    try:
+        ref = parse_checkpoint(checkpoint)
+    except ValueError:
+        return []
+    if not isinstance(ref, HfRef):
+        return []
+    removed: list[Path] = []
+    found = _find_hf_file(ref)
+    if found is not None:
+        partial = found.with_name(f".{found.name}.partial")
+        with exclusive(found):
+            for path in (found, partial):
+                if path.is_file():
+                    path.unlink()
+                    removed.append(path)
+    return removed

@@ -25,7 +25,15 @@ from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
-from juggler.router import admin_routes, memory_routes, metrics_route, openai_routes, sessions
+from juggler.router import (
+    admin_routes,
+    config_routes,
+    memory_routes,
+    metrics_route,
+    model_routes,
+    openai_routes,
+    sessions,
+)
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
 from juggler.router.figures import FiguresPoller
@@ -76,7 +84,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        manager = Manager(settings, registry)
+        pins = PinBook(juggler_home() / "pins.json")
+        manager = Manager(settings, registry, saved_options=pins.saved_options)
         await manager.start()
         proxy = Proxy(
             manager,
@@ -84,7 +93,6 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             max_waiting=settings.max_queued_requests,
             queue_timeout_s=settings.queue_timeout_s,
         )
-        pins = PinBook(juggler_home() / "pins.json")
         figures = FiguresPoller(manager.snapshot, proxy.client)
         figures.start()
         app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures)
@@ -105,8 +113,10 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     for prefix in API_PREFIXES:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
+        app.include_router(model_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
     app.include_router(admin_routes.internal)
+    app.include_router(config_routes.internal)
     app.include_router(memory_routes.internal)
     app.include_router(metrics_route.router)
 

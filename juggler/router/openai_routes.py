@@ -2,47 +2,46 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from juggler.api.openai import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from juggler.api.openai import (
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    TokenizeRequest,
+)
 from juggler.registry.checkpoint import is_available
 from juggler.router.bodies import parse_for_model
+from juggler.router.catalog_view import model_entry
 from juggler.router.deps import state_of
 from juggler.router.openapi import body_of
-from juggler.types import ModelInfo
 
 router = APIRouter()
-_STARTED = int(time.time())
-
-
-def model_entry(info: ModelInfo) -> dict[str, Any]:
-    """One model in Lemonade's /models shape (a superset of OpenAI's)."""
-    return {
-        "id": info.name,
-        "object": "model",
-        "created": _STARTED,
-        "owned_by": "juggler",
-        "checkpoint": info.checkpoint,
-        "recipe": info.recipe,
-        "labels": list(info.labels),
-        "type": info.type.value,
-        "downloaded": is_available(info),
-        "suggested": info.suggested,
-    }
 
 
 @router.get("/models")
-async def list_models(request: Request) -> dict[str, Any]:
-    registry = state_of(request).registry
-    return {"object": "list", "data": [model_entry(m) for m in registry.list()]}
+async def list_models(request: Request, show_all: str = "false") -> dict[str, Any]:
+    """Lemonade: downloaded models only (as OpenAI's list), every catalog model with
+    `show_all=true`."""
+    state = state_of(request)
+    everything = show_all.lower() in ("true", "1", "yes")
+    data = [
+        model_entry(m, state.pins.saved_options(m.name))
+        for m in state.registry.list()
+        if everything or is_available(m)
+    ]
+    return {"object": "list", "data": data}
 
 
 @router.get("/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    return model_entry(state_of(request).registry.get(model_id))
+    state = state_of(request)
+    info = state.registry.get(model_id)
+    return model_entry(info, state.pins.saved_options(info.name))
 
 
 @router.post("/chat/completions", openapi_extra=body_of(ChatRequest))
@@ -72,3 +71,17 @@ async def embeddings(request: Request) -> Response:
 async def rerank(request: Request) -> Response:
     model, raw = await parse_for_model(request, RerankRequest)
     return await state_of(request).proxy.forward(model, "/v1/rerank", raw)
+
+
+@router.post("/tokenize", openapi_extra=body_of(TokenizeRequest))
+async def tokenize(request: Request) -> Response:
+    """llama.cpp's tokenize: {model, content, add_special?} -> {tokens}."""
+    model, raw = await parse_for_model(request, TokenizeRequest)
+    return await state_of(request).proxy.forward(model, "/tokenize", raw)
+
+
+@router.post("/detokenize", openapi_extra=body_of(DetokenizeRequest))
+async def detokenize(request: Request) -> Response:
+    """llama.cpp's detokenize: {model, tokens} -> {content}."""
+    model, raw = await parse_for_model(request, DetokenizeRequest)
+    return await state_of(request).proxy.forward(model, "/detokenize", raw)
