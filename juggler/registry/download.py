@@ -67,6 +67,8 @@ class Progress:
     total_files: int
     bytes_downloaded: int
     bytes_total: int | None
+    #: The file's checksum as the hub publishes it (SHA-256, or a git blob id).
+    digest: str | None = None
 
     @property
     def percent(self) -> int:
@@ -169,7 +171,8 @@ def _download(ref: HfRef, endpoint: str, token: str | None, on_progress: Progres
         )
         size = entry.size if entry.size is not None else meta.size
         partial = partial_path(target)
-        report = _Reporter(Path(name).name, size, on_progress)
+        digest = entry.lfs.sha256 if entry.lfs is not None else entry.blob_id
+        report = _Reporter(Path(name).name, size, digest, on_progress)
         try:
             with disk_errors(str(target)):
                 _fetch(meta.location, partial, size, build_hf_headers(token=token), report)
@@ -227,14 +230,17 @@ def _digest(path: Path, h: Any) -> str:
 
 
 class _Reporter:
-    def __init__(self, file: str, size: int | None, on_progress: ProgressFn | None) -> None:
+    def __init__(
+        self, file: str, size: int | None, digest: str, on_progress: ProgressFn | None
+    ) -> None:
         self.file = file
         self.size = size
+        self.digest = digest
         self.on_progress = on_progress
 
     def __call__(self, done: int) -> None:
         if self.on_progress is not None:
-            self.on_progress(Progress(self.file, 1, 1, done, self.size))
+            self.on_progress(Progress(self.file, 1, 1, done, self.size, self.digest))
 
 
 class _CountingFile:

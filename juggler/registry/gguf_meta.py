@@ -196,3 +196,20 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> GgufInfo:
         size_bytes=size,
         metadata=meta,
     )
+
+
+#: Architectures that only embed (llama.cpp's encoder-only models).
+_ENCODERS = frozenset(
+    {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "neo-bert", "t5encoder"}
+)
+
+
+def labels_of(info: GgufInfo) -> tuple[str, ...]:
+    """Catalog labels a GGUF implies: rank pooling -> reranking, an encoder or another
+    pooling -> embeddings, else none (a chat/completion model). Pure."""
+    pooling = info.metadata.get(f"{info.architecture}.pooling_type")
+    if pooling == 4:
+        return ("reranking",)
+    if info.architecture in _ENCODERS or pooling in (1, 2, 3):
+        return ("embeddings",)
+    return ()

@@ -31,6 +31,8 @@ from juggler.router import (
     memory_routes,
     metrics_route,
     model_routes,
+    ollama_models,
+    ollama_routes,
     openai_routes,
     sessions,
 )
@@ -63,12 +65,19 @@ async def _warm_up(manager: Manager, name: str | None, pins: PinBook) -> None:
         log.error("could not load the default model %s: %s", name, exc.message)
 
 
+def is_ollama_path(path: str) -> bool:
+    return path.startswith("/api/") and not path.startswith("/api/v1/")
+
+
 def error_response(request: Request, exc: JugglerError) -> JSONResponse:
-    """The one place a router error becomes a response."""
-    body = render(exc)
+    """The one place a router error becomes a response: OpenAI's error shape, or on
+    Ollama's routes Ollama's (`{"error": "message"}`)."""
+    body: dict[str, Any] = render(exc)
     rid = request_id_of(request.scope)
     if rid:
         body["error"]["request_id"] = rid
+    if is_ollama_path(request.url.path):
+        body = {"error": exc.message, "code": exc.code, "request_id": rid or None}
     headers = {}
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
@@ -119,6 +128,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     app.include_router(config_routes.internal)
     app.include_router(memory_routes.internal)
     app.include_router(metrics_route.router)
+    # Ollama's dialect (/api/chat, /api/tags, ...); Lemonade's lives under /api/v1.
+    app.include_router(ollama_routes.router)
+    app.include_router(ollama_models.router)
 
     @app.get("/live")
     async def live() -> dict[str, str]:
@@ -156,7 +168,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         return error_response(request, error)
 
     document_request_bodies(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, unlimited=("/api/blobs/",)
+    )
     app.add_middleware(
         AuthMiddleware, api_key=settings.api_key, admin_api_key=settings.admin_api_key
     )
