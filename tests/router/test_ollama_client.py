@@ -87,7 +87,9 @@ def test_chat_answers_paris_with_counts_and_durations(client: ollama.Client) -> 
 
 
 def test_chat_streams_in_pieces_and_ends_with_the_counts(client: ollama.Client) -> None:
-    parts = list(client.chat(f"{DEFAULT_MODEL}:latest", messages=QUESTION, options=GREEDY, stream=True))
+    parts = list(
+        client.chat(f"{DEFAULT_MODEL}:latest", messages=QUESTION, options=GREEDY, stream=True)
+    )
     texts = [p.message.content for p in parts if not p.done and p.message.content]
     assert len(texts) > 1 and "Paris" in "".join(texts)
     assert parts[-1].done and (parts[-1].eval_count or 0) == len(texts)
