@@ -113,7 +113,8 @@ class CompletionRequest(SamplingBody):
 class EmbeddingRequest(_Body):
     input: str | list[str]
     model: StrictStr | None = None
-    encoding_format: Literal["float"] | None = None
+    #: "base64": little-endian float32 vectors, base64-encoded (the router encodes them).
+    encoding_format: Literal["float", "base64"] | None = None
 
     def texts(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else list(self.input)

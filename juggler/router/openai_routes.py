@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 
 from juggler.api.openai import (
     ChatRequest,
@@ -63,7 +67,19 @@ async def completions(request: Request) -> Response:
 @router.post("/embeddings", openapi_extra=body_of(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
     model, raw = await parse_for_model(request, EmbeddingRequest)
-    return await state_of(request).proxy.forward(model, "/v1/embeddings", raw)
+    if raw.get("encoding_format") != "base64":
+        return await state_of(request).proxy.forward(model, "/v1/embeddings", raw)
+    response = await state_of(request).proxy.forward(
+        model, "/v1/embeddings", {**raw, "encoding_format": "float"}
+    )
+    if response.status_code != 200:
+        return response
+    data = json.loads(bytes(response.body))
+    for item in data.get("data", []):
+        item["embedding"] = base64.b64encode(
+            np.asarray(item["embedding"], dtype="<f4").tobytes()
+        ).decode()
+    return JSONResponse(data)
 
 
 @router.post("/rerank", openapi_extra=body_of(RerankRequest))

@@ -13,8 +13,10 @@ the listing describes. Every request is recorded as (method, path, range header)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +34,7 @@ class StandInHub:
         self.cut_after: dict[str, int] = {}
         self.corrupt: dict[str, bytes] = {}
         self.requests: list[tuple[str, str, str | None]] = []
+        self.connections: set[socket.socket] = set()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -48,6 +51,12 @@ class StandInHub:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        with self.lock:
+            open_connections = list(self.connections)
+        for conn in open_connections:  # keep-alive connections a client left open
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
         self.thread.join(timeout=10)
 
     def gets_of(self, file: str) -> list[str | None]:
@@ -74,6 +83,16 @@ class StandInHub:
 
             def log_message(self, *args: object) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with hub.lock:
+                    hub.connections.add(self.connection)
+
+            def finish(self) -> None:
+                with hub.lock:
+                    hub.connections.discard(self.connection)
+                super().finish()
 
             def _record(self) -> None:
                 with hub.lock:
