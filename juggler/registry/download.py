@@ -121,8 +121,10 @@ def download(
     disable_progress_bars()  # progress goes to `on_progress`, never to stderr
     try:
         return _download(ref, where, token, on_progress)
-    except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
-        raise CheckpointMissing(f"{ref.repo_id} has no such file on {where}: {exc}") from exc
+    except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
+        raise CheckpointMissing(f"repository {ref.repo_id} not found on {where}") from exc
+    except EntryNotFoundError as exc:
+        raise CheckpointMissing(f"{ref.repo_id}: file not found on {where}") from exc
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         if status in (401, 403, 404):
