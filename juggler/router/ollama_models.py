@@ -240,7 +240,15 @@ async def blob_exists(digest: str) -> Response:
     return Response(status_code=200 if found else 404)
 
 
-@router.post("/api/blobs/{digest}")
+_BINARY_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.post("/api/blobs/{digest}", openapi_extra=_BINARY_BODY)
 async def blob_upload(digest: str, request: Request) -> Response:
     """Store an uploaded file in the model cache under its SHA-256 (checked)."""
     target = blob_path(digest)
