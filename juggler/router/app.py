@@ -35,6 +35,7 @@ from juggler.router import (
     ollama_routes,
     openai_routes,
     sessions,
+    system_routes,
 )
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
@@ -123,6 +124,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(model_routes.router, prefix=prefix)
+        app.include_router(system_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
     app.include_router(admin_routes.internal)
     app.include_router(config_routes.internal)

@@ -206,3 +206,14 @@ def test_runtime_config_refuses_bad_and_file_only_keys(
     r = client.post("/internal/set", json=body, headers=ADMIN)
     assert r.status_code == status, r.text
     assert client.get("/internal/config", headers=ADMIN).json()["ctx_size"] == 4096
+
+
+def test_system_info_and_routes_of_other_model_kinds(client: TestClient) -> None:
+    info = client.get("/api/v1/system-info").json()
+    assert info["devices"]["cpu"]["available"] is True
+    cpu = info["recipes"]["llamacpp"]["backends"]["cpu"]
+    assert cpu["state"] == "installed" and cpu["devices"] == ["cpu"]
+    r = client.post("/api/v1/audio/transcriptions", json={"model": "x"})
+    assert r.status_code == 404 and "not supported" in r.json()["error"]["message"]
+    r = client.post("/api/v1/load", json={"model_name": QWEN, "steps": 4})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "steps"
