@@ -31,6 +31,7 @@ from juggler.router import (
     memory_routes,
     metrics_route,
     model_routes,
+    ollama_create,
     ollama_models,
     ollama_routes,
     openai_routes,
@@ -133,6 +134,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     # Ollama's dialect (/api/chat, /api/tags, ...); Lemonade's lives under /api/v1.
     app.include_router(ollama_routes.router)
     app.include_router(ollama_models.router)
+    app.include_router(ollama_create.router)
 
     @app.get("/live")
     async def live() -> dict[str, str]:

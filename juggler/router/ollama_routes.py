@@ -22,6 +22,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from juggler.api import ollama as ol
+from juggler.api import ollama_options as oo
 from juggler.api import sse
 from juggler.errors import BadRequest, JugglerError, NotImplementedParam
 from juggler.router.bodies import parse
@@ -56,14 +57,14 @@ def backend_error(response: Response) -> JugglerError:
 def _keep(keep: Any) -> dict[str, Any]:
     """keep_alive as options, applied once the request is done (Ollama: "how long the
     model will stay loaded into memory following the request")."""
-    return {} if keep is None else ol.keep_alive_options(ol.parse_keep_alive(keep))
+    return {} if keep is None else oo.keep_alive_options(oo.parse_keep_alive(keep))
 
 
 async def _load_only(
     state: RouterState, asked: str, model: str, load: dict[str, Any], keep: Any, chat: bool
 ) -> dict[str, Any]:
     """Ollama: an empty prompt loads the model; with keep_alive 0 it unloads it."""
-    if keep is not None and ol.parse_keep_alive(keep) == 0:
+    if keep is not None and oo.parse_keep_alive(keep) == 0:
         await unload_if_loaded(state, model)
         reason = "unload"
     else:
@@ -210,7 +211,7 @@ async def chat(request: Request) -> Any:
     body, _ = await parse(request, ol.ChatBody)
     model = state.registry.find(body.model).name
     messages = ol.chat_messages(body)
-    sampling, load = ol.split_options(body.options)
+    sampling, load = oo.split_options(body.options)
     if not messages:
         return await _load_only(state, body.model, model, load, body.keep_alive, chat=True)
     await ensure_options(state, model, load)
@@ -228,7 +229,7 @@ async def generate(request: Request) -> Any:
     body, _ = await parse(request, ol.GenerateBody)
     model = state.registry.find(body.model).name
     path, base = ol.generate_request(body)
-    sampling, load = ol.split_options(body.options)
+    sampling, load = oo.split_options(body.options)
     if not body.prompt and not body.system:
         return await _load_only(state, body.model, model, load, body.keep_alive, chat=False)
     await ensure_options(state, model, load)
@@ -241,7 +242,7 @@ async def generate(request: Request) -> Any:
 async def _embed(
     state: RouterState, model: str, texts: list[str], options: Any, keep: Any
 ) -> tuple[list[list[float]], int]:
-    sampling, load = ol.split_options(options)
+    sampling, load = oo.split_options(options)
     if sampling:
         raise NotImplementedParam(f"options.{next(iter(sampling))}", "embeddings do not sample")
     await ensure_options(state, model, load)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from juggler.api.ollama import merge_engine_args
+from juggler.api.ollama_options import merge_engine_args
 from juggler.manager.snapshot import ServerSnapshot, ServerState
 from juggler.router.deps import RouterState
 

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from juggler.api import ollama as ol
+from juggler.api import ollama_options as oo
 from juggler.config import Settings
 from juggler.errors import BadRequest, NotImplementedParam
 from juggler.registry.catalog import Registry
@@ -33,30 +34,30 @@ from juggler.router.app import create_app
     ],
 )
 def test_keep_alive_reads_numbers_and_go_durations(value: Any, seconds: float) -> None:
-    assert ol.parse_keep_alive(value) == seconds
+    assert oo.parse_keep_alive(value) == seconds
 
 
 @pytest.mark.parametrize("value", ["5 minutes", "m5", "", "1h-2m"])
 def test_a_bad_keep_alive_is_a_400(value: str) -> None:
     with pytest.raises(BadRequest, match="keep_alive"):
-        ol.parse_keep_alive(value)
+        oo.parse_keep_alive(value)
 
 
 def test_keep_alive_maps_onto_idle_eviction() -> None:
     """Issue 13: "keep_alive maps onto residency (0 = unload when idle, a duration =
     idle timeout, -1 = keep)"."""
-    assert ol.keep_alive_options(0) == {
+    assert oo.keep_alive_options(0) == {
         "auto_evict": True,
         "evict_idle_timeout": 0.0,
         "downsize_idle_timeout": 0.0,
     }
-    assert ol.keep_alive_options(600)["evict_idle_timeout"] == 600
-    keep = ol.keep_alive_options(-1)
+    assert oo.keep_alive_options(600)["evict_idle_timeout"] == 600
+    keep = oo.keep_alive_options(-1)
     assert keep["auto_evict"] is False and keep["evict_idle_timeout"] >= 10 * 365 * 86400
 
 
 def test_options_split_into_sampling_and_load_options() -> None:
-    sampling, load = ol.split_options(
+    sampling, load = oo.split_options(
         {
             "temperature": 0.2,
             "num_predict": 64,
@@ -77,7 +78,7 @@ def test_options_split_into_sampling_and_load_options() -> None:
         "llamacpp_backend": "cpu",
         "llamacpp_args": "--threads 2 --batch-size 128",
     }
-    assert ol.split_options({"num_predict": -1}) == ({}, {})
+    assert oo.split_options({"num_predict": -1}) == ({}, {})
 
 
 @pytest.mark.parametrize(
@@ -93,13 +94,13 @@ def test_options_split_into_sampling_and_load_options() -> None:
 )
 def test_an_option_juggler_cannot_honour_is_refused_by_name(options: dict[str, Any]) -> None:
     with pytest.raises(NotImplementedParam) as err:
-        ol.split_options(options)
+        oo.split_options(options)
     assert err.value.param == f"options.{next(iter(options))}"
 
 
 def test_engine_flags_replace_their_old_values() -> None:
     assert (
-        ol.merge_engine_args("--workers 2 --threads 4", "--threads 1") == "--workers 2 --threads 1"
+        oo.merge_engine_args("--workers 2 --threads 4", "--threads 1") == "--workers 2 --threads 1"
     )
 
 
