@@ -81,7 +81,8 @@ def hf_cache_dir(ref: HfRef) -> Path:
     return cache_dir() / f"{ref.org}--{ref.repo}"
 
 
-def _find_hf_file(ref: HfRef) -> Path | None:
+def find_hf_file(ref: HfRef) -> Path | None:
+    """The downloaded GGUF of a Hugging Face reference in the cache, or None."""
     folder = hf_cache_dir(ref)
     if not folder.is_dir():
         return None
@@ -137,7 +138,7 @@ def resolve_path(checkpoint: str) -> Path:
         return ref.path
     if isinstance(ref, PackageRef):
         return _resolve_package(ref)
-    found = _find_hf_file(ref)
+    found = find_hf_file(ref)
     if found is None:
         raise CheckpointMissing(f"{checkpoint} is not downloaded; run `juggler pull` for it first")
     return found
@@ -163,7 +164,7 @@ def is_available(info: ModelInfo) -> bool:
         return ref.path.is_file()
     if isinstance(ref, PackageRef):
         return importlib.util.find_spec(ref.package) is not None
-    return _find_hf_file(ref) is not None
+    return find_hf_file(ref) is not None
 
 
 def local_file(info: ModelInfo) -> Path | None:
@@ -175,7 +176,7 @@ def local_file(info: ModelInfo) -> Path | None:
     if isinstance(ref, LocalRef):
         return ref.path if ref.path.is_file() else None
     if isinstance(ref, HfRef):
-        return _find_hf_file(ref)
+        return find_hf_file(ref)
     spec = importlib.util.find_spec(ref.package)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -197,7 +198,7 @@ def remove_downloaded(checkpoint: str) -> list[Path]:
     if not isinstance(ref, HfRef):
         return []
     removed: list[Path] = []
-    found = _find_hf_file(ref)
+    found = find_hf_file(ref)
     if found is not None:
         partial = found.with_name(f".{found.name}.partial")
         with exclusive(found):

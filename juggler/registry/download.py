@@ -49,7 +49,7 @@ from juggler.errors import (
     InsufficientStorage,
     JugglerError,
 )
-from juggler.registry.checkpoint import HfRef, hf_cache_dir
+from juggler.registry.checkpoint import HfRef, find_hf_file, hf_cache_dir
 from juggler.registry.locks import disk_errors, exclusive
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -159,6 +159,9 @@ def list_files(repo_id: str, endpoint: str, token: str | None) -> dict[str, Repo
 
 
 def _download(ref: HfRef, endpoint: str, token: str | None, on_progress: ProgressFn | None) -> Path:
+    have = find_hf_file(ref)
+    if have is not None:
+        return have  # checked when it was downloaded; no need to ask the hub again
     files = list_files(ref.repo_id, endpoint, token)
     name = choose_file(list(files), ref.quant)
     entry = files[name]
