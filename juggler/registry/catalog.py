@@ -131,14 +131,18 @@ class Registry:
         return name in self._builtin
 
     def get(self, name: str) -> ModelInfo:
+        found = self.find(name)
+        if found is None:
+            raise ModelNotFound(f"model {name!r} not found", param="model")
+        return found
+
+    def find(self, name: str) -> ModelInfo | None:
         if name in self._builtin:
             return self._builtin[name]
         entry = self._user_entries().get(name)
-        if entry is None:
-            raise ModelNotFound(f"model {name!r} not found", param="model")
-        return _info(name, entry)
+        return _info(name, entry) if entry is not None else None
 
-    def find(self, name: str) -> ModelInfo:
+    def lookup(self, name: str) -> ModelInfo:
         """`get`, forgiving as Ollama clients need: an exact name, else without Ollama's
         default `:latest` tag, else the one model whose name matches ignoring case."""
         for candidate in (name, name.removesuffix(":latest")):
@@ -218,7 +222,7 @@ class Registry:
 
     def copy_model(self, source: str, destination: str) -> ModelInfo:
         """Ollama's copy: register `destination` with `source`'s checkpoint and labels."""
-        info = self.find(source)
+        info = self.lookup(source)
         return self.add_user_model(
             destination,
             checkpoint=info.checkpoint,

@@ -24,8 +24,10 @@ from juggler import __version__
 from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
 from juggler.manager.manager import Manager
+from juggler.registry.adapters import AdapterBook
 from juggler.registry.catalog import Registry
 from juggler.router import (
+    adapter_routes,
     admin_routes,
     config_routes,
     memory_routes,
@@ -38,6 +40,7 @@ from juggler.router import (
     sessions,
     system_routes,
 )
+from juggler.router.adapters import Adapters
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
 from juggler.router.figures import FiguresPoller
@@ -106,7 +109,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         )
         figures = FiguresPoller(manager.snapshot, proxy.client)
         figures.start()
-        app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures)
+        adapters = Adapters(settings, registry, AdapterBook())
+        app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures, adapters)
         warmup = asyncio.create_task(_warm_up(manager, settings.model, pins))
         try:
             yield
@@ -127,6 +131,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(model_routes.router, prefix=prefix)
         app.include_router(system_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
+        app.include_router(adapter_routes.compat, prefix=prefix)
+    app.include_router(adapter_routes.router)
     app.include_router(admin_routes.internal)
     app.include_router(config_routes.internal)
     app.include_router(memory_routes.internal)

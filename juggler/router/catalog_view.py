@@ -18,7 +18,7 @@ from juggler.registry.checkpoint import is_available, local_file
 from juggler.registry.gguf_meta import GgufError, GgufInfo, read_info
 from juggler.types import ModelInfo
 
-_STARTED = int(time.time())
+STARTED = int(time.time())
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def model_entry(info: ModelInfo, saved_options: dict[str, Any] | None = None) ->
     entry: dict[str, Any] = {
         "id": info.name,
         "object": "model",
-        "created": _STARTED,
+        "created": STARTED,
         "owned_by": "juggler",
         "checkpoint": info.checkpoint,
         "recipe": info.recipe,

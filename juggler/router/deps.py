@@ -9,6 +9,7 @@ from fastapi import Request
 from juggler.config import Settings
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
+from juggler.router.adapters import Adapters
 from juggler.router.figures import FiguresPoller
 from juggler.router.pins import PinBook
 from juggler.router.proxy import Proxy
@@ -23,6 +24,7 @@ class RouterState:
     proxy: Proxy
     pins: PinBook
     figures: FiguresPoller
+    adapters: Adapters
     sessions: SessionTable = field(default_factory=lambda: SessionTable())
 
 

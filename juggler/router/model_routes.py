@@ -137,7 +137,7 @@ async def delete_model(state: RouterState, name: str, *, ollama: bool = False) -
     """Unload `name` if loaded, remove its downloaded files and its registration (shared
     by Lemonade's delete and Ollama's). Returns the canonical name."""
     registry = state.registry
-    info = registry.find(name) if ollama else registry.get(name)
+    info = registry.lookup(name) if ollama else registry.get(name)
     builtin = registry.is_builtin(info.name)
     if builtin and hf_ref_of(info.checkpoint) is None:
         raise BadRequest(f"{info.name} is packaged with Juggler and cannot be deleted")

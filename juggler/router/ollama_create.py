@@ -139,5 +139,5 @@ def _create_source(state: RouterState, body: ol.CreateBody, admin: bool) -> str 
         if not Path(source).expanduser().is_file():
             raise CheckpointMissing(f"model file not found: {source}", param="from")
         return str(Path(source).expanduser().resolve())
-    state.registry.find(source)  # 404 for an unknown source model
+    state.registry.lookup(source)  # 404 for an unknown source model
     return None

@@ -116,7 +116,7 @@ async def ps(request: Request) -> dict[str, Any]:
 async def show(request: Request) -> dict[str, Any]:
     state = state_of(request)
     body, _ = await parse(request, ol.NameBody)
-    info = state.registry.find(body.model_name())
+    info = state.registry.lookup(body.model_name())
     facts = await asyncio.to_thread(file_facts, info)
     if facts.path is None:
         raise NotFound(f"model {info.name!r} is not downloaded; pull it first")
@@ -175,7 +175,7 @@ def inferred_labels(checkpoint: str) -> tuple[str, ...]:
 
 def _known(state: RouterState, name: str) -> bool:
     try:
-        state.registry.find(name)
+        state.registry.lookup(name)
     except NotFound:
         return False
     return True
@@ -214,7 +214,7 @@ async def delete(request: Request) -> dict[str, Any]:
 async def copy(request: Request) -> dict[str, Any]:
     state = state_of(request)
     body, _ = await parse(request, ol.CopyBody)
-    source = state.registry.find(body.source)
+    source = state.registry.lookup(body.source)
     state.registry.copy_model(source.name, body.destination)
     saved = state.pins.saved_options(source.name)
     if saved:

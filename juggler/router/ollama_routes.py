@@ -209,7 +209,7 @@ async def chat(request: Request) -> Any:
     t0 = time.perf_counter()
     state = state_of(request)
     body, _ = await parse(request, ol.ChatBody)
-    model = state.registry.find(body.model).name
+    model = state.registry.lookup(body.model).name
     messages = ol.chat_messages(body)
     sampling, load = oo.split_options(body.options)
     if not messages:
@@ -227,7 +227,7 @@ async def generate(request: Request) -> Any:
     t0 = time.perf_counter()
     state = state_of(request)
     body, _ = await parse(request, ol.GenerateBody)
-    model = state.registry.find(body.model).name
+    model = state.registry.lookup(body.model).name
     path, base = ol.generate_request(body)
     sampling, load = oo.split_options(body.options)
     if not body.prompt and not body.system:
@@ -269,7 +269,7 @@ async def embed(request: Request) -> dict[str, Any]:
         raise NotImplementedParam(
             "truncate", "inputs longer than the context are refused, never truncated"
         )
-    model = state.registry.find(body.model).name
+    model = state.registry.lookup(body.model).name
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     vectors, n_tokens = await _embed(state, model, texts, body.options, body.keep_alive)
     return {
@@ -285,7 +285,7 @@ async def embeddings(request: Request) -> dict[str, Any]:
     """Ollama's older embeddings route: one `prompt`, one `embedding`."""
     state = state_of(request)
     body, _ = await parse(request, ol.EmbeddingsBody)
-    model = state.registry.find(body.model).name
+    model = state.registry.lookup(body.model).name
     texts = [body.prompt] if body.prompt else []
     vectors, _ = await _embed(state, model, texts, body.options, body.keep_alive)
     if not vectors and body.prompt:

@@ -18,50 +18,85 @@ from juggler.api.openai import (
     RerankRequest,
     TokenizeRequest,
 )
+from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
 from juggler.router.bodies import parse_for_model
-from juggler.router.catalog_view import model_entry
+from juggler.router.catalog_view import STARTED, model_entry
 from juggler.router.deps import state_of
 from juggler.router.openapi import body_of
 
 router = APIRouter()
 
 
+def adapter_entry(info: AdapterInfo) -> dict[str, Any]:
+    """A LoRA adapter in the model list, with its parent (as vLLM lists them)."""
+    return {
+        "id": info.adapter_id,
+        "object": "model",
+        "created": STARTED,
+        "owned_by": "juggler",
+        "parent": info.base_model,
+        "root": info.path,
+        "checkpoint": info.path,
+        "recipe": "lora",
+        "labels": ["lora"],
+        "type": "llm",
+        "downloaded": True,
+        "suggested": False,
+    }
+
+
 @router.get("/models")
 async def list_models(request: Request, show_all: str = "false") -> dict[str, Any]:
     """Lemonade: downloaded models only (as OpenAI's list), every catalog model with
-    `show_all=true`."""
+    `show_all=true`; then the LoRA adapters."""
     state = state_of(request)
     everything = show_all.lower() in ("true", "1", "yes")
-    data = [
+    models = [
         model_entry(m, state.pins.saved_options(m.name))
         for m in state.registry.list()
         if everything or is_available(m)
     ]
-    return {"object": "list", "data": data}
+    adapters = [adapter_entry(a) for a in state.adapters.book.list()]
+    return {"object": "list", "data": models + adapters}
 
 
 @router.get("/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     state = state_of(request)
+    adapter = state.adapters.book.get(model_id)
+    if adapter is not None and state.registry.find(model_id) is None:
+        return adapter_entry(adapter)
     info = state.registry.get(model_id)
     return model_entry(info, state.pins.saved_options(info.name))
 
 
+async def _generate(
+    request: Request, body: type[ChatRequest | CompletionRequest], path: str
+) -> Response:
+    """Forward a generation to its model's backend; a LoRA adapter named as the model runs
+    on its base model with that adapter."""
+    state = state_of(request)
+    model, raw = await parse_for_model(request, body)
+    target = state.adapters.route(model, raw)
+    end = state.adapters.hold(target)
+    try:
+        return await state.proxy.forward(
+            target.model, path, raw, client_request=request, on_release=end
+        )
+    except BaseException:
+        end()
+        raise
+
+
 @router.post("/chat/completions", openapi_extra=body_of(ChatRequest))
 async def chat_completions(request: Request) -> Response:
-    model, raw = await parse_for_model(request, ChatRequest)
-    return await state_of(request).proxy.forward(
-        model, "/v1/chat/completions", raw, client_request=request
-    )
+    return await _generate(request, ChatRequest, "/v1/chat/completions")
 
 
 @router.post("/completions", openapi_extra=body_of(CompletionRequest))
 async def completions(request: Request) -> Response:
-    model, raw = await parse_for_model(request, CompletionRequest)
-    return await state_of(request).proxy.forward(
-        model, "/v1/completions", raw, client_request=request
-    )
+    return await _generate(request, CompletionRequest, "/v1/completions")
 
 
 @router.post("/embeddings", openapi_extra=body_of(EmbeddingRequest))

@@ -61,7 +61,7 @@ def known_model(registry: Registry, name: str, *, ollama: bool = False) -> Model
     404 (`model_not_found`)."""
     if why := reserved_reason(name):
         raise BadRequest(f"{name!r}: {why}", param="model_name")
-    return registry.find(name) if ollama else registry.get(name)
+    return registry.lookup(name) if ollama else registry.get(name)
 
 
 async def pull_events(
