@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -40,6 +42,20 @@ class Client:
 
     def get(self, path: str) -> Any:
         return self._check(self.http.get(path))
+
+    def events(self, path: str, body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """POST and read the answer's server-sent events as (event name, data)."""
+        with self.http.stream("POST", path, json=body) as response:
+            if response.status_code >= 400:
+                response.read()
+                self._check(response)
+            name = "message"
+            for line in response.iter_lines():
+                if line.startswith("event:"):
+                    name = line.removeprefix("event:").strip()
+                elif line.startswith("data:"):
+                    yield name, json.loads(line.removeprefix("data:"))
+                    name = "message"
 
     def post(self, path: str, body: dict[str, Any], *, admin: bool = False) -> Any:
         headers = {}
