@@ -20,7 +20,6 @@ import contextlib
 import json
 import re
 import shlex
-from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 from juggler.config import juggler_home
 from juggler.errors import BadRequest, ModelNotFound
 from juggler.registry.checkpoint import parse_checkpoint
-from juggler.registry.locks import exclusive, temp_beside
+from juggler.registry.locks import edited_json
 from juggler.types import Device, ModelInfo
 
 _USER_RE = re.compile(r"^user\.[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -216,7 +215,7 @@ class Registry:
             health_path=health_path,
             device=device,
         )
-        with self._editing() as entries:
+        with edited_json(self.user_file) as entries:
             entries[name] = _entry(info)
         return info
 
@@ -235,7 +234,7 @@ class Registry:
         )
 
     def remove_user_model(self, name: str) -> None:
-        with self._editing() as entries:
+        with edited_json(self.user_file) as entries:
             if name not in entries:
                 raise ModelNotFound(f"model {name!r} not found", param="model_name")
             del entries[name]
@@ -243,18 +242,3 @@ class Registry:
     def uses_checkpoint(self, checkpoint: str, *, besides: str) -> bool:
         """Whether a model other than `besides` has this checkpoint (files stay then)."""
         return any(m.checkpoint == checkpoint and m.name != besides for m in self.list())
-
-    @contextlib.contextmanager
-    def _editing(self) -> Iterator[dict[str, Any]]:
-        """Read-modify-write of the user file under its lock (the server and a CLI may
-        both write it); the new file replaces the old one atomically."""
-        path = self.user_file
-        with exclusive(path):
-            entries = self._user_entries()
-            yield entries
-            tmp = temp_beside(path)
-            try:
-                tmp.write_text(json.dumps(entries, indent=2) + "\n")
-                tmp.replace(path)
-            finally:
-                tmp.unlink(missing_ok=True)
