@@ -120,6 +120,9 @@ class SamplingBody(_Body):
     #: llama.cpp server's extensions: a GBNF grammar, or a JSON schema, for the output.
     grammar: StrictStr | None = None
     json_schema: dict[str, Any] | None = None
+    #: Juggler's extension: prompt-lookup speculative decoding on or off for this request
+    #: (the output is the same either way; default: the model's `--speculative`).
+    speculative: StrictBool | None = None
     #: Router -> backend only (hidden from the router's OpenAPI document).
     juggler_adapter: SkipJsonSchema[AdapterSpec | None] = None
 

@@ -82,6 +82,8 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
         parked_cells=f.parked_cells,
         park_budget_bytes=f.park_memory_mb << 20,
         max_active_adapters=f.max_active_adapters,
+        speculative=f.speculative == "on",
+        spec_draft_max=f.spec_draft_max,
     )
 
 

@@ -43,6 +43,7 @@ def sampling_params(
         ignore_eos=body.ignore_eos,
         grammar=extension_grammar(body),
         logit_bias=logit_bias(body.logit_bias, n_vocab),
+        speculative=body.speculative,
     )
 
 

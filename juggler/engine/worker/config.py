@@ -36,6 +36,9 @@ class WorkerConfig:
     eager_grace_s: float = EAGER_PREFILL_GRACE_S
     #: LoRA adapters loaded at once (seed 004's MaxActiveAdapter).
     max_active_adapters: int = 4
+    #: Prompt-lookup speculative decoding for requests that do not say, and its longest draft.
+    speculative: bool = True
+    spec_draft_max: int = 8
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class WorkerSnapshot:
     adapters_loaded: tuple[str, ...] = ()
     adapters_running: tuple[str, ...] = ()
     adapters_waiting: tuple[str, ...] = ()
+    #: Speculative decoding: draft tokens decoded, and accepted, since start.
+    spec_drafted: int = 0
+    spec_accepted: int = 0
 
 
 class Clock:

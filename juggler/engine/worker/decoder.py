@@ -14,7 +14,6 @@ each decode with its adapter applied.
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 import time
 
@@ -81,7 +80,7 @@ class Decoder:
         self.api.admit_waiting()
         # 4. room
         work = [
-            batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits)
+            batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits, s.num_draft)
             for s in sorted(self.table.values(), key=lambda s: s.seq_id)
             if s.state is not SessionState.CACHED
             and s.pending
@@ -132,19 +131,22 @@ class Decoder:
             self._on_decode_failed(chunks, by_seq, rc)
             return False
         # 7. post-process
+        drafts: dict[int, list[int]] = {}
         for chunk in chunks:
             s = by_seq[chunk.key]
             n = chunk.num_tokens
             s.tokens.extend(s.pending[:n])
             del s.pending[:n]
+            if s.num_draft:  # decoded: the token and the drafts that fit; the rest go
+                drafts[s.seq_id] = s.tokens[len(s.tokens) - n + 1 :]
+                s.pending.clear()
+                s.num_draft = 0
             if s.generation is None or s.generation.num_generated == 0:
                 s.num_prefilled += n
         for s, row in rows:
             try:
-                g = s.generation
-                if g is not None:
-                    token = g.sampler.sample(row)
-                    self.gens.on_sampled(s, token, functools.partial(self.ctx.logits_row, row))
+                if s.generation is not None:
+                    self.gens.on_rows(s, row, drafts.get(s.seq_id, []), self.ctx.logits_row)
                 elif s.spec_header is not None:
                     s.saved_logits = self.ctx.logits_row(row)
             except EngineError as exc:  # one request's llama.cpp call failed
@@ -154,18 +156,19 @@ class Decoder:
     def _fill(
         self, chunks: tuple[Chunk, ...], by_seq: dict[int, Session]
     ) -> list[tuple[Session, int]]:
-        """Fill the batch with the chunks; returns the logit rows with their owners."""
+        """Fill the batch with the chunks; returns each owner's first logit row (a chunk
+        with drafts has a logit row for its token and each draft, in order)."""
         batch = self.batch
         batch.clear()
         rows: list[tuple[Session, int]] = []
         for chunk in chunks:
             s = by_seq[chunk.key]
             pos = s.n_past
-            last = chunk.num_tokens - 1
+            first = chunk.num_tokens - chunk.num_logits if chunk.wants_logits else chunk.num_tokens
             for j in range(chunk.num_tokens):
-                row = batch.add(s.pending[j], pos + j, s.seq_id, chunk.wants_logits and j == last)
-            if chunk.wants_logits:
-                rows.append((s, row))
+                row = batch.add(s.pending[j], pos + j, s.seq_id, j >= first)
+                if j == first:
+                    rows.append((s, row))
         return rows
 
     def _on_stalled(self, deferred: tuple[int, ...]) -> Outcome:

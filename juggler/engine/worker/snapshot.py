@@ -40,6 +40,8 @@ def take_snapshot(w: Worker) -> WorkerSnapshot:
         context_bytes=0 if ctx.is_released else ctx.bytes,
         num_restores=w.soft_idle.num_restores,
         last_restore_s=ctx.last_make_s if w.soft_idle.num_restores else 0.0,
+        spec_drafted=w.gens.num_drafted,
+        spec_accepted=w.gens.num_accepted,
         adapters_loaded=w.adapters.loaded,
         adapters_running=_ids(
             s.adapter_id for s in table.values() if s.generation is not None and s.has_seq

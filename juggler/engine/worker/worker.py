@@ -131,7 +131,15 @@ class Worker(OwnerThread):
         self.adapters = AdapterSet(self.model, self.ctx, cfg.max_active_adapters)
         inputs = SessionInputs(self.model, self.template, self.kv)
         self.gens = Generations(
-            self.model, self.ctx, self.kv, self.outbox, self.notify, self.clock, wid
+            self.model,
+            self.ctx,
+            self.kv,
+            self.outbox,
+            self.notify,
+            self.clock,
+            wid,
+            speculative=cfg.speculative,
+            spec_draft_max=cfg.spec_draft_max,
         )
         self.api = SessionApi(
             self.table,
