@@ -23,9 +23,18 @@ from starlette.middleware.cors import CORSMiddleware
 from juggler import __version__
 from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
+from juggler.logbook import LogBook, RingHandler
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
-from juggler.router import admin_routes, memory_routes, metrics_route, openai_routes, sessions
+from juggler.router import (
+    admin_routes,
+    logs_route,
+    memory_routes,
+    metrics_route,
+    openai_routes,
+    sessions,
+    ui_routes,
+)
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
 from juggler.router.figures import FiguresPoller
@@ -41,6 +50,8 @@ from juggler.router.proxy import ClientGone, Proxy
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")
+#: Loggers whose records the dashboard's Logs page shows as `router` (not the access log).
+LOGGERS = ("juggler", "uvicorn.error")
 
 
 async def _warm_up(manager: Manager, name: str | None, pins: PinBook) -> None:
@@ -76,7 +87,11 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        manager = Manager(settings, registry)
+        logs = LogBook()
+        handler = RingHandler(logs)
+        for name in LOGGERS:
+            logging.getLogger(name).addHandler(handler)
+        manager = Manager(settings, registry, logbook=logs)
         await manager.start()
         proxy = Proxy(
             manager,
@@ -87,7 +102,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         pins = PinBook(juggler_home() / "pins.json")
         figures = FiguresPoller(manager.snapshot, proxy.client)
         figures.start()
-        app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures)
+        app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures, logs)
         warmup = asyncio.create_task(_warm_up(manager, settings.model, pins))
         try:
             yield
@@ -99,6 +114,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             await figures.stop()
             await proxy.aclose()
             await manager.stop()
+            for name in LOGGERS:
+                logging.getLogger(name).removeHandler(handler)
 
     app = FastAPI(title="Juggler", version=__version__, lifespan=lifespan)
     app.state.drain = drain
@@ -106,9 +123,11 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
+        app.include_router(logs_route.router, prefix=prefix)
     app.include_router(admin_routes.internal)
     app.include_router(memory_routes.internal)
     app.include_router(metrics_route.router)
+    app.include_router(ui_routes.router)
 
     @app.get("/live")
     async def live() -> dict[str, str]:

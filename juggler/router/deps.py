@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from juggler.config import Settings
+from juggler.logbook import LogBook
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
 from juggler.router.figures import FiguresPoller
@@ -23,6 +24,7 @@ class RouterState:
     proxy: Proxy
     pins: PinBook
     figures: FiguresPoller
+    logs: LogBook = field(default_factory=LogBook)
     sessions: SessionTable = field(default_factory=lambda: SessionTable())
 
 
