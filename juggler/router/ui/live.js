@@ -138,6 +138,16 @@ function draw(c, card) {
       drawing = true;
     });
     ctx.stroke();
+    ctx.fillStyle = COLORS[s];
+    list.forEach((v, j) => { // a point with no neighbour (TTFT comes per request) as a dot
+      const alone = (k) => k < 0 || k >= list.length || list[k] === null;
+      if (v === null || !isFinite(v) || !alone(j - 1) || !alone(j + 1)) return;
+      const x = width - (list.length - 1 - j) * (width / (POINTS - 1));
+      const y = height - 2 - (v / max) * (height - 6);
+      ctx.beginPath();
+      ctx.arc(Math.min(x, width - 2.5), y, 2.5, 0, 2 * Math.PI);
+      ctx.fill();
+    });
   });
   const lastOf = (list) => [...list].reverse().find((v) => v !== null && isFinite(v));
   const shown = c.series.map((s) => fmtNum(lastOf(card.series[s]), s === "tps" || s === "ttft" || s === "kv" ? 1 : 0));

@@ -20,8 +20,10 @@ export function pinnedWarning(model, health) {
   const same = (health.all_models_loaded || []).filter((e) => e.type === model.type);
   if (same.length < limit || !same.every((e) => e.pinned)) return null;
   if (same.some((e) => e.model_name === model.id)) return null;
-  return `Every ${model.type} slot (${limit}) is held by a pinned model: loading this one ` +
-    "will fail with slots_pinned_error. Unpin or unload one of them first.";
+  const held = limit === 1 ? `The only ${model.type} slot is held by a pinned model`
+    : `All ${limit} ${model.type} slots are held by pinned models`;
+  return `${held}: loading this one will fail with slots_pinned_error. ` +
+    "Unpin or unload one of them first.";
 }
 
 function slotOf(entry, health) {
