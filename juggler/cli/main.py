@@ -1,6 +1,6 @@
 """`juggler`: serve, configure, and drive a running server (load, unload, pin, status).
 
-The commands live in one module per group (serve, config_cmd, models); importing them
+The commands live in one module per group (serve, config_cmd, models, run_cmd); importing them
 registers them on the Typer app in `common`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from juggler.cli import config_cmd, models, serve  # noqa: F401  (they register commands)
+from juggler.cli import config_cmd, models, run_cmd, serve  # noqa: F401  (they register commands)
 from juggler.cli.common import app
 
 

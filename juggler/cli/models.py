@@ -10,7 +10,16 @@ import typer
 from rich.table import Table
 
 from juggler.cli.client import ServerError
-from juggler.cli.common import HostOpt, PortOpt, app, call, connect, err, out
+from juggler.cli.common import (
+    HostOpt,
+    PortOpt,
+    app,
+    call,
+    call_with_spinner,
+    connect,
+    err,
+    out,
+)
 from juggler.errors import JugglerError
 from juggler.registry.catalog import Registry
 
@@ -122,7 +131,7 @@ def load(
     ):
         if value is not None:
             body[key] = value
-    result = call(client.post, "/api/v1/load", body)
+    result = call_with_spinner(f"loading {model_name} ...", client.post, "/api/v1/load", body)
     out.print(result.get("message", result))
 
 
