@@ -35,3 +35,17 @@ def why_no_browser() -> str | None:
 def launch(playwright: Any) -> Any:
     """A headless chromium Browser from a started `sync_playwright()`."""
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+
+
+#: How long a browser test waits for the page (model loads included).
+WAIT_MS = 60_000
+
+
+class Page:
+    """A Playwright page with its console errors and uncaught exceptions collected."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))

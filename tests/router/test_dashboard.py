@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from juggler.registry.catalog import Registry
-from tests.browser import launch, why_no_browser
+from tests.browser import Page, why_no_browser
 from tests.conftest import DEFAULT_MODEL, GEMMA, RunningServer, start_server
 from tests.engine.gguf_models import convert_minilm, minilm_dir
 
@@ -25,7 +25,6 @@ pytestmark = [
 COPY = "user.smol-copy"  # registered, never loaded: shows the all-slots-pinned warning
 EMBED = "user.minilm-embed"
 RERANK = "user.minilm-rerank"
-WAIT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
@@ -57,40 +56,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-class Page:
-    """A page with its console errors collected."""
-
-    def __init__(self, page: Any) -> None:
-        self.page = page
-        self.errors: list[str] = []
-        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-
-
-@pytest.fixture()
-def page(browser: Any, tmp_path: Path) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    p = Page(context.new_page())
-    p.page.set_default_timeout(WAIT_MS)
-    try:
-        yield p
-    finally:
-        p.page.screenshot(path=str(tmp_path / "screenshot.png"), full_page=True)
-        context.close()
 
 
 def poll(check: Callable[[], Any], timeout_s: float = 60.0) -> Any:

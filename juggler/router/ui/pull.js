@@ -65,6 +65,7 @@ export async function pull(body) {
     for await (const { event, data } of stream("/api/v1/pull", { ...body, stream: true })) {
       if (event === "progress") {
         row.bar.value = Number(data.percent) || 0;
+        row.node.dataset.events = String(Number(row.node.dataset.events || 0) + 1);
         const files = data.total_files ? ` (file ${data.file_index} of ${data.total_files})` : "";
         row.text.textContent = `${data.file || ""}${files}: ${fmtBytes(data.bytes_downloaded)} of ${fmtBytes(data.bytes_total)}`;
       } else if (event === "complete") {
@@ -102,6 +103,8 @@ export function init(afterPull) {
     const recipe = $("#pull-recipe").value.trim();
     if (checkpoint) body.checkpoint = checkpoint;
     if (recipe) body.recipe = recipe;
+    const kind = $("#pull-kind").value; // Lemonade's label flags: embedding, reranking
+    if (kind) body[kind] = true;
     if (body.model_name) pull(body);
   });
 }
