@@ -155,6 +155,7 @@ class ProcessSpawner:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
         output = OutputPump(read_fd, log_path, plan.info.name, self.logbook)
+        spawned = False
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -164,11 +165,13 @@ class ProcessSpawner:
                 start_new_session=True,
                 preexec_fn=_die_with_parent if _LIBC is not None else None,
             )
+            spawned = True
         except (FileNotFoundError, PermissionError) as exc:
-            await output.drain(0)
             raise RecipeNotInstalled(f"Cannot start {argv[0]!r}: {exc}") from exc
         finally:
             os.close(write_fd)  # the child holds its copy: EOF comes when it is gone
+            if not spawned:
+                await output.drain(0)  # closes the read end
         output.start()
         if self.logbook is not None:
             self.logbook.append(
