@@ -216,6 +216,14 @@ class EngineFlags(BaseModel):
         json_schema_extra=_unit("tokens"),
     )
 
+    max_active_adapters: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="LoRA adapters a worker keeps loaded at once (seed 004's MaxActiveAdapter); "
+        "a request needing one more waits.",
+        json_schema_extra=_unit("adapters"),
+    )
     park_memory_mb: int = Field(
         1024,
         ge=0,

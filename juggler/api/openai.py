@@ -10,12 +10,27 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from juggler.errors import BadRequest
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+class AdapterSpec(BaseModel):
+    """The LoRA adapter a request runs with, as the router tells its backend (clients
+    name an adapter as the model; the router refuses this field from them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: StrictStr = Field(min_length=1)
+    path: StrictStr = Field(min_length=1)
+
+
+#: The body field that carries `AdapterSpec` from the router to a backend.
+ADAPTER_FIELD = "juggler_adapter"
 
 
 class StreamOptions(_Body):
@@ -62,6 +77,8 @@ class SamplingBody(_Body):
     n: int | None = None
     #: llama.cpp server's extension: never sample an end-of-generation token.
     ignore_eos: StrictBool = False
+    #: Router -> backend only (hidden from the router's OpenAPI document).
+    juggler_adapter: SkipJsonSchema[AdapterSpec | None] = None
 
     @field_validator("n")
     @classmethod
@@ -131,6 +148,14 @@ class SessionCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: StrictStr
+
+
+class BackendSessionCreate(BaseModel):
+    """What the router sends a backend to create a session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    juggler_adapter: AdapterSpec | None = None
 
 
 class SessionInput(_Body):

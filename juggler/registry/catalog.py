@@ -89,12 +89,16 @@ class Registry:
         return [*self._builtin.values(), *users]
 
     def get(self, name: str) -> ModelInfo:
+        found = self.find(name)
+        if found is None:
+            raise ModelNotFound(f"model {name!r} not found", param="model")
+        return found
+
+    def find(self, name: str) -> ModelInfo | None:
         if name in self._builtin:
             return self._builtin[name]
         entry = self._user_entries().get(name)
-        if entry is None:
-            raise ModelNotFound(f"model {name!r} not found", param="model")
-        return _info(name, entry)
+        return _info(name, entry) if entry is not None else None
 
     def add_user_model(
         self,

@@ -25,8 +25,10 @@ from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
 from juggler.logbook import LogBook, RingHandler
 from juggler.manager.manager import Manager
+from juggler.registry.adapters import AdapterBook
 from juggler.registry.catalog import Registry
 from juggler.router import (
+    adapter_routes,
     admin_routes,
     logs_route,
     memory_routes,
@@ -35,6 +37,7 @@ from juggler.router import (
     sessions,
     ui_routes,
 )
+from juggler.router.adapters import Adapters
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
 from juggler.router.figures import FiguresPoller
@@ -102,7 +105,10 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         pins = PinBook(juggler_home() / "pins.json")
         figures = FiguresPoller(manager.snapshot, proxy.client)
         figures.start()
-        app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures, logs)
+        adapters = Adapters(settings, registry, AdapterBook())
+        app.state.juggler = RouterState(
+            settings, registry, manager, proxy, pins, figures, adapters, logs=logs
+        )
         warmup = asyncio.create_task(_warm_up(manager, settings.model, pins))
         try:
             yield
@@ -123,7 +129,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
+        app.include_router(adapter_routes.compat, prefix=prefix)
         app.include_router(logs_route.router, prefix=prefix)
+    app.include_router(adapter_routes.router)
     app.include_router(admin_routes.internal)
     app.include_router(memory_routes.internal)
     app.include_router(metrics_route.router)

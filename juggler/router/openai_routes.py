@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from juggler.api.openai import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
 from juggler.router.bodies import parse_for_model
 from juggler.router.deps import state_of
@@ -34,31 +35,67 @@ def model_entry(info: ModelInfo) -> dict[str, Any]:
     }
 
 
+def adapter_entry(info: AdapterInfo) -> dict[str, Any]:
+    """A LoRA adapter in the model list, with its parent (as vLLM lists them)."""
+    return {
+        "id": info.adapter_id,
+        "object": "model",
+        "created": _STARTED,
+        "owned_by": "juggler",
+        "parent": info.base_model,
+        "root": info.path,
+        "checkpoint": info.path,
+        "recipe": "lora",
+        "labels": ["lora"],
+        "type": "llm",
+        "downloaded": True,
+        "suggested": False,
+    }
+
+
 @router.get("/models")
 async def list_models(request: Request) -> dict[str, Any]:
-    registry = state_of(request).registry
-    return {"object": "list", "data": [model_entry(m) for m in registry.list()]}
+    state = state_of(request)
+    models = [model_entry(m) for m in state.registry.list()]
+    adapters = [adapter_entry(a) for a in state.adapters.book.list()]
+    return {"object": "list", "data": models + adapters}
 
 
 @router.get("/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    return model_entry(state_of(request).registry.get(model_id))
+    state = state_of(request)
+    adapter = state.adapters.book.get(model_id)
+    if adapter is not None and state.registry.find(model_id) is None:
+        return adapter_entry(adapter)
+    return model_entry(state.registry.get(model_id))
+
+
+async def _generate(
+    request: Request, body: type[ChatRequest | CompletionRequest], path: str
+) -> Response:
+    """Forward a generation to its model's backend; a LoRA adapter named as the model runs
+    on its base model with that adapter."""
+    state = state_of(request)
+    model, raw = await parse_for_model(request, body)
+    target = state.adapters.route(model, raw)
+    end = state.adapters.hold(target)
+    try:
+        return await state.proxy.forward(
+            target.model, path, raw, client_request=request, on_release=end
+        )
+    except BaseException:
+        end()
+        raise
 
 
 @router.post("/chat/completions", openapi_extra=body_of(ChatRequest))
 async def chat_completions(request: Request) -> Response:
-    model, raw = await parse_for_model(request, ChatRequest)
-    return await state_of(request).proxy.forward(
-        model, "/v1/chat/completions", raw, client_request=request
-    )
+    return await _generate(request, ChatRequest, "/v1/chat/completions")
 
 
 @router.post("/completions", openapi_extra=body_of(CompletionRequest))
 async def completions(request: Request) -> Response:
-    model, raw = await parse_for_model(request, CompletionRequest)
-    return await state_of(request).proxy.forward(
-        model, "/v1/completions", raw, client_request=request
-    )
+    return await _generate(request, CompletionRequest, "/v1/completions")
 
 
 @router.post("/embeddings", openapi_extra=body_of(EmbeddingRequest))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -126,20 +126,26 @@ class Proxy:
         method: str = "POST",
         lease: Lease | None = None,
         client_request: Request | None = None,
+        on_release: Callable[[], None] | None = None,
     ) -> Response:
         """Send `body` to the backend of `model` at `path`; stream if the backend streams.
 
         With `lease` given (session routes), that backend is used and the lease is released
         here; otherwise the model is acquired (auto-loaded) first. With `client_request`
         given, a client that disconnects before a non-streaming answer is ready gets the
-        backend request closed, which cancels the generation there."""
+        backend request closed, which cancels the generation there. `on_release` runs
+        when the request is over, however it ends (not if no backend was reached)."""
         held: Lease
         if lease is None:
             held, response = await self._unless_gone(
                 self._open(model, method, path, body), client_request
             )
+            if on_release is not None:
+                held.on_release(on_release)
         else:
             held = lease
+            if on_release is not None:
+                held.on_release(on_release)
             try:
                 response = await self._send(held, method, path, body)
             except httpx.TransportError as exc:

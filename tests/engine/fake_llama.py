@@ -12,6 +12,9 @@ It implements `juggler.engine.llama.ports`:
 - Greedy rule: after "!" comes EOS, else the letter 'a' + (last + length) % 26. So the
   output depends on exactly what the sequence holds: a wrong position, a lost or
   repeated token or another sequence's cell all change it. `greedy()` predicts it.
+- LoRA: `load_adapter("shift:K")` is an adapter that adds K to the greedy rule's sum
+  (any other path is refused with BadRequest); `decoded_adapters` records the adapter
+  each decode ran with, so tests see which sequences shared a decode.
 - Faults: `fail_decodes` {decode number: rc} (after writing `partial` rows),
   `raise_on_decode` (that decode raises), `no_partial_rm` (seq_rm of a tail fails, as in
   sliding-window caches), `fail_restores` (restore_seq_state fails).
@@ -26,25 +29,27 @@ from typing import Any
 
 from juggler.engine.llama.ports import ContextParams, LlamaContext, TokenBatch
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.errors import BadRequest
 
 BOS = 256
 EOS = 257
 N_VOCAB = 258
 
 
-def next_token(seq: Sequence[int]) -> int:
+def next_token(seq: Sequence[int], shift: int = 0) -> int:
     last = seq[-1]
     if last == ord("!"):
         return EOS
-    return ord("a") + (last + len(seq)) % 26
+    return ord("a") + (last + len(seq) + shift) % 26
 
 
-def greedy(seq: Sequence[int], n: int) -> list[int]:
-    """The tokens a greedy generation of at most `n` produces after `seq`."""
+def greedy(seq: Sequence[int], n: int, shift: int = 0) -> list[int]:
+    """The tokens a greedy generation of at most `n` produces after `seq` (with an
+    adapter of `shift`)."""
     seq = list(seq)
     out: list[int] = []
     while len(out) < n:
-        t = next_token(seq)
+        t = next_token(seq, shift)
         if t == EOS:
             break
         out.append(t)
@@ -82,6 +87,12 @@ class FakeBatch:
         self.closed = True
 
 
+@dataclass(frozen=True)
+class FakeAdapter:
+    path: str
+    shift: int
+
+
 @dataclass
 class Faults:
     fail_decodes: dict[int, int] = field(default_factory=dict)
@@ -100,8 +111,10 @@ class FakeContext:
         self.cells: dict[int, dict[int, int]] = {}
         self.num_removals = 0
         self.num_decodes = 0
-        #: Every decoded batch, as its rows.
+        #: Every decoded batch, as its rows, and the adapter it ran with.
         self.decoded: list[list[Row]] = []
+        self.decoded_adapters: list[FakeAdapter | None] = []
+        self.adapter: FakeAdapter | None = None
         self._next: dict[int, int] = {}
         self.closed = False
 
@@ -123,6 +136,7 @@ class FakeContext:
             raise RuntimeError(f"fake decode {n} exploded")
         rows = list(batch.rows)
         self.decoded.append(rows)
+        self.decoded_adapters.append(self.adapter)
         self._next = {}
         rc = self.faults.fail_decodes.get(n)
         if rc is not None:
@@ -140,7 +154,8 @@ class FakeContext:
             self.cells.setdefault(r.seq_id, {})[r.pos] = r.token
         for i, r in enumerate(rows):
             if r.logits:
-                self._next[i] = next_token(self.tokens(r.seq_id)[: r.pos + 1])
+                shift = self.adapter.shift if self.adapter else 0
+                self._next[i] = next_token(self.tokens(r.seq_id)[: r.pos + 1], shift)
         return 0
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
@@ -172,6 +187,9 @@ class FakeContext:
         out = [0.0] * N_VOCAB
         out[self._next[row]] = 1.0
         return tuple(out)
+
+    def set_adapter(self, adapter: Any | None) -> None:
+        self.adapter = adapter
 
     def close(self) -> None:
         self.closed = True
@@ -209,6 +227,9 @@ class FakeLlama:
         self.faults = faults or Faults()
         self.contexts: list[FakeContext] = []
         self.samplers: list[FakeSampler] = []
+        #: Adapters loaded and not freed, and how many loads ran.
+        self.adapters: list[FakeAdapter] = []
+        self.num_adapter_loads = 0
 
     @property
     def ctx(self) -> FakeContext:
@@ -247,3 +268,15 @@ class FakeLlama:
         sampler = FakeSampler(ctx, banned)
         self.samplers.append(sampler)
         return sampler
+
+    def load_adapter(self, path: str) -> FakeAdapter:
+        kind, _, shift = path.partition(":")
+        if kind != "shift" or not shift.isdigit():
+            raise BadRequest(f"{path} is not a LoRA adapter for this model", param="lora_path")
+        adapter = FakeAdapter(path, int(shift))
+        self.adapters.append(adapter)
+        self.num_adapter_loads += 1
+        return adapter
+
+    def free_adapter(self, adapter: Any) -> None:
+        self.adapters.remove(adapter)

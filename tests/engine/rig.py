@@ -33,6 +33,7 @@ class Rig:
         max_waiting: int = 256,
         queue_timeout_s: float = 60.0,
         park_budget_bytes: int = 1 << 30,
+        max_active_adapters: int = 4,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.fake = FakeLlama(faults)
@@ -50,6 +51,7 @@ class Rig:
             max_waiting=max_waiting,
             queue_timeout_s=queue_timeout_s,
             park_budget_bytes=park_budget_bytes,
+            max_active_adapters=max_active_adapters,
         )
         self.worker = Worker(0, self.fake, config, template(), self.loop, self.notices.append)
         self.worker.open()

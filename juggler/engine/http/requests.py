@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from juggler.api.openai import ChatMessage, SamplingBody
+from juggler.api.openai import AdapterSpec, ChatMessage, SamplingBody
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.messages import AdapterRef
 
 _DEFAULTS = SamplingParams()
 
@@ -41,3 +42,8 @@ def sampling_params(
 def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """Chat messages as a chat template reads them ({"role", "content"} with text only)."""
     return [m.as_template_input() for m in messages]
+
+
+def adapter_ref(spec: AdapterSpec | None) -> AdapterRef | None:
+    """The LoRA adapter the router asked this request to run with."""
+    return AdapterRef(spec.id, spec.path) if spec is not None else None

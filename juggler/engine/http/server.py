@@ -26,7 +26,7 @@ from juggler.api import openai as api
 from juggler.engine.http import memory
 from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
-from juggler.engine.http.requests import sampling_params, template_messages
+from juggler.engine.http.requests import adapter_ref, sampling_params, template_messages
 from juggler.engine.http.streaming import drain, stream
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
@@ -126,7 +126,8 @@ def create_app(engine: Engine) -> FastAPI:
         engine.require_llm()
         prompt = engine.tokenize_prompt(engine.render_chat(template_messages(body.messages)))
         params = sampling_params(body, engine.config.flags.ctx_size)
-        sink = await engine.complete(prompt, params, t0, incremental=body.stream)
+        adapter = adapter_ref(body.juggler_adapter)
+        sink = await engine.complete(prompt, params, t0, incremental=body.stream, adapter=adapter)
         rid = shape.new_id("chatcmpl")
         if not body.stream:
             text, finish, st = await drain(sink, request)
@@ -151,7 +152,8 @@ def create_app(engine: Engine) -> FastAPI:
         engine.require_llm()
         prompt = engine.tokenize_prompt(body.prompt_text())
         params = sampling_params(body, engine.config.flags.ctx_size)
-        sink = await engine.complete(prompt, params, t0, incremental=body.stream)
+        adapter = adapter_ref(body.juggler_adapter)
+        sink = await engine.complete(prompt, params, t0, incremental=body.stream, adapter=adapter)
         rid = shape.new_id("cmpl")
         if not body.stream:
             text, finish, st = await drain(sink, request)
@@ -172,7 +174,18 @@ def create_app(engine: Engine) -> FastAPI:
     # -- sessions --------------------------------------------------------------------
     @app.post("/v1/sessions")
     async def create_session(request: Request) -> dict[str, Any]:
-        return await engine.create_session()
+        raw = await request.body()
+        body = (
+            api.BackendSessionCreate.model_validate_json(raw)
+            if raw.strip()
+            else api.BackendSessionCreate()
+        )
+        return await engine.create_session(adapter_ref(body.juggler_adapter))
+
+    @app.delete("/internal/adapters/{adapter_id}")
+    async def drop_adapter(adapter_id: str) -> dict[str, Any]:
+        """Unload an unregistered LoRA adapter (the router asks; 409 while in use)."""
+        return await engine.drop_adapter(adapter_id)
 
     @app.post("/v1/sessions/{session_id}/input")
     async def session_input(session_id: str, body: api.SessionInput) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import llama_cpp.llama_cpp as C
 from juggler.engine.llama.native_context import Batch, Context, Sampler
 from juggler.engine.llama.ports import ContextParams, LlamaContext
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.errors import CheckpointMissing, EngineError, LoadFailed
+from juggler.errors import BadRequest, CheckpointMissing, EngineError, LoadFailed
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +151,20 @@ class Model:
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
     ) -> Sampler:
         return Sampler(self.n_vocab, ctx, params, banned)
+
+    # -- LoRA adapters (the worker thread that applies them) -----------------------------
+    def load_adapter(self, path: str) -> Any:
+        """`llama_adapter_lora_init`: llama.cpp checks the file is a LoRA adapter whose
+        architecture and tensor shapes fit this model."""
+        if not os.path.isfile(path):
+            raise BadRequest(f"LoRA adapter file not found: {path}", param="lora_path")
+        handle = C.llama_adapter_lora_init(self.ptr, path.encode())
+        if not handle:
+            raise BadRequest(
+                f"{path} is not a LoRA adapter for {self.architecture} model of this shape",
+                param="lora_path",
+            )
+        return handle
+
+    def free_adapter(self, adapter: Any) -> None:
+        C.llama_adapter_lora_free(adapter)

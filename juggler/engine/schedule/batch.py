@@ -21,7 +21,7 @@ Policy:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -105,3 +105,16 @@ def schedule(
         chunks.append(Chunk(w.key, n, w.is_generating and n == w.num_pending))
         prefill_budget -= n
     return BatchPlan(tuple(chunks), tuple(deferred))
+
+
+def group_by_adapter(
+    chunks: Sequence[Chunk], adapter_of: Mapping[int, str | None]
+) -> list[tuple[str | None, tuple[Chunk, ...]]]:
+    """Split a plan's chunks into one decode per LoRA adapter (llama.cpp applies adapters
+    per context, so one decode runs with one adapter): groups in the order their first
+    chunk comes, chunks in plan order within each. `adapter_of` maps a chunk's key to its
+    sequence's adapter (None: the base model)."""
+    groups: dict[str | None, list[Chunk]] = {}
+    for c in chunks:
+        groups.setdefault(adapter_of.get(c.key), []).append(c)
+    return [(adapter, tuple(cs)) for adapter, cs in groups.items()]

@@ -30,6 +30,7 @@ from typing import Any
 from juggler.engine.llama.chat import ChatState
 from juggler.engine.llama.ports import Logits, TokenSampler
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, Utf8Assembler
+from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.schedule.stream import StreamSink
 
 #: `Session.seq_id` of a parked session: it holds no sequence of the KV cache.
@@ -88,6 +89,12 @@ class Session:
     saved_logits: Logits | None = None
     #: A parked session's KV, copied out of its former sequence (None: nothing to copy).
     parked_kv: Any = None
+    #: The LoRA adapter every decode of this session runs with (seed 004).
+    adapter: AdapterRef | None = None
+
+    @property
+    def adapter_id(self) -> str | None:
+        return self.adapter.adapter_id if self.adapter is not None else None
 
     @property
     def has_seq(self) -> bool:

@@ -36,6 +36,7 @@ function slotOf(entry, health) {
 
 function statusBadge(model, entry) {
   if (pending.has(model.id)) return h("span", { class: "badge busy", text: pending.get(model.id) });
+  if (model.parent) return h("span", { class: "badge off", text: `LoRA adapter of ${model.parent}` });
   if (!entry) {
     const text = model.downloaded === false ? "not downloaded" : "not loaded";
     return h("span", { class: "badge off", text });
@@ -60,6 +61,7 @@ function memory(entry) {
 }
 
 function actions(model, entry, health) {
+  if (model.parent) return ""; // an adapter runs on its base model: load that one
   const busy = pending.has(model.id);
   const name = model.id;
   const buttons = [];
