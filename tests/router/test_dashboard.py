@@ -133,16 +133,20 @@ def test_a_chat_streams_an_answer_and_the_next_turn_reuses_the_session(
     p.select_option("#chat-model", DEFAULT_MODEL)
     p.fill("#chat-temperature", "0")
     p.fill("#chat-max-tokens", "48")
-    p.fill("#chat-input", "What is the capital of France?")
+    p.fill("#chat-input", "Write a short poem about the sea.")
     p.click("#chat-send")
     # Streamed: the answer shows text while it is still being generated.
-    p.wait_for_selector(".msg.assistant.streaming[data-chunks]")
+    seen_while_streaming = p.wait_for_function(
+        "() => { const m = document.querySelector('.msg.assistant.streaming[data-chunks]');"
+        " return m ? Number(m.dataset.chunks) : null; }"
+    ).json_value()
     first = p.wait_for_selector(".msg.assistant[data-done]")
+    assert 0 < seen_while_streaming < int(first.get_attribute("data-chunks") or 0)
     assert int(first.get_attribute("data-tokens") or 0) > 0
     assert first.query_selector(".text").inner_text().strip()
     assert "tok/s" in first.query_selector(".stats").inner_text()
     assert p.inner_text("#chat-session").startswith("session ")
-    p.fill("#chat-input", "And what is the capital of Italy?")
+    p.fill("#chat-input", "What is the capital of France?")
     p.press("#chat-input", "Enter")
     p.wait_for_function("() => document.querySelectorAll('.msg.assistant[data-done]').length === 2")
     second = p.locator(".msg.assistant").nth(1)
