@@ -10,6 +10,7 @@
     │   ├── ModelNotFound             404     model_not_found
     │   ├── ModelNotLoaded            404     model_not_loaded   ("Model not loaded: X")
     │   ├── SessionNotFound           404     session_not_found
+    │   ├── ResponseNotFound          404     response_not_found (a stored response)
     │   └── CheckpointMissing         404     file_not_found     (missing-file class)
     │       └── RecipeNotInstalled    404     recipe_not_installed
     ├── Conflict                      409     conflict
@@ -100,6 +101,10 @@ class ModelNotLoaded(NotFound):
 
 class SessionNotFound(NotFound):
     code = "session_not_found"
+
+
+class ResponseNotFound(NotFound):
+    code = "response_not_found"
 
 
 class CheckpointMissing(NotFound):

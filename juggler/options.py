@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import shlex
 import types
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -160,9 +161,23 @@ def resolve(defaults: BaseModel, overrides: BaseModel | dict[str, Any] | None) -
 
 def bad_request_from(exc: ValidationError) -> BadRequest:
     """A pydantic error as a 400 that names the field."""
-    err = exc.errors()[0]
-    param = ".".join(str(p) for p in err["loc"]) or None
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    return bad_request_of(exc.errors()[0])
+
+
+def bad_request_of(err: Mapping[str, Any], skip: tuple[str, ...] = ()) -> BadRequest:
+    """One pydantic error (a dict of `errors()`) as a 400 naming the field; a field the
+    model does not declare is `unsupported_parameter` (never accepted and ignored).
+    `skip`: location parts to leave out (FastAPI's "body")."""
+    loc = [str(p) for p in err.get("loc", ()) if str(p) not in skip]
+    param = ".".join(loc) or None
+    if err.get("type") == "extra_forbidden":
+        error = BadRequest(
+            f"{param}: unknown or unsupported parameter; Juggler does not implement it",
+            param=param,
+        )
+        error.code = "unsupported_parameter"
+        return error
+    msg = str(err.get("msg", "invalid request")).removeprefix("Value error, ")
     return BadRequest(f"{param}: {msg}" if param else msg, param=param)
 
 

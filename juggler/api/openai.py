@@ -1,22 +1,37 @@
 """OpenAI-shaped request bodies, validated identically by the router and the engine.
 
-Pure data. A failure becomes a 400 in OpenAI's error shape that names the field. Fields
-the engine does not implement are not declared here; unknown fields pass through
-(`extra="allow"`) so that the router can forward a body untouched.
+Pure data. A failure becomes a 400 in OpenAI's error shape that names the field. Every
+field declared here is implemented; a field that is not declared is refused with a 400
+`unsupported_parameter` naming it (`extra="forbid"`), never ignored. The router still
+forwards the client's raw body, so what reaches the engine is exactly what was sent.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
+from juggler.api.structured import ResponseFormat, Strict, Tool, ToolCall, ToolChoice
 from juggler.errors import BadRequest
 
+#: Most choices one request may ask for (`n`).
+MAX_CHOICES = 16
+#: Most entries of `logit_bias`.
+MAX_LOGIT_BIAS = 1024
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
+
+class _Body(Strict):
+    pass
 
 
 class AdapterSpec(BaseModel):
@@ -38,31 +53,57 @@ class StreamOptions(_Body):
 
 
 class ChatMessage(_Body):
-    role: StrictStr
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
+    name: StrictStr | None = None
+    #: An earlier assistant turn's tool calls.
+    tool_calls: list[ToolCall] | None = None
+    #: A tool result: the call it answers.
+    tool_call_id: StrictStr | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, v: str | list[dict[str, Any]] | None) -> Any:
+        for part in v if isinstance(v, list) else ():
+            kind = part.get("type", "text")
+            if (
+                kind != "text"
+                or not isinstance(part.get("text"), str)
+                or set(part)
+                - {
+                    "type",
+                    "text",
+                }
+            ):
+                raise ValueError(f"only text content parts are supported, not {kind!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _roles(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("tool_calls belong to assistant messages")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise ValueError("tool_call_id belongs to tool messages")
+        return self
 
     def text(self) -> str:
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        parts = []
-        for part in self.content:
-            if part.get("type", "text") != "text":
-                raise BadRequest("only text content parts are supported", param="messages")
-            parts.append(str(part.get("text", "")))
-        return "".join(parts)
+        return "".join(str(part["text"]) for part in self.content)
 
     def as_template_input(self) -> dict[str, Any]:
-        return {"role": self.role, "content": self.text()}
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": self.text()}
 
 
 class SamplingBody(_Body):
-    """Sampling fields shared by chat, completions and session generate."""
+    """What shapes the choice of tokens: shared by chat, completions and session generate."""
 
     model: StrictStr | None = None
-    max_tokens: int | None = Field(default=None, ge=0)
-    max_completion_tokens: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=5.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
@@ -72,20 +113,15 @@ class SamplingBody(_Body):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repeat_penalty: float | None = Field(default=None, gt=0.0)
-    stream: StrictBool = False
-    stream_options: StreamOptions | None = None
-    n: int | None = None
+    #: Token id (as a string) -> bias added to its logit (-100 bans it, 100 forces it).
+    logit_bias: dict[str, float] | None = None
     #: llama.cpp server's extension: never sample an end-of-generation token.
     ignore_eos: StrictBool = False
+    #: llama.cpp server's extensions: a GBNF grammar, or a JSON schema, for the output.
+    grammar: StrictStr | None = None
+    json_schema: dict[str, Any] | None = None
     #: Router -> backend only (hidden from the router's OpenAPI document).
     juggler_adapter: SkipJsonSchema[AdapterSpec | None] = None
-
-    @field_validator("n")
-    @classmethod
-    def _only_one(cls, v: int | None) -> int | None:
-        if v is not None and v != 1:
-            raise ValueError("only n=1 is supported")
-        return v
 
     @field_validator("stop")
     @classmethod
@@ -94,9 +130,19 @@ class SamplingBody(_Body):
             raise ValueError("at most 16 stop sequences")
         return v
 
-    @property
-    def include_usage(self) -> bool:
-        return bool(self.stream_options and self.stream_options.include_usage)
+    @field_validator("logit_bias")
+    @classmethod
+    def _biases(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is None:
+            return v
+        if len(v) > MAX_LOGIT_BIAS:
+            raise ValueError(f"at most {MAX_LOGIT_BIAS} entries")
+        for key, bias in v.items():
+            if not key.isdigit() or len(key) > 9:
+                raise ValueError(f"keys are token ids, not {key[:20]!r}")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError(f"biases go from -100 to 100, not {bias}")
+        return v
 
     def stops(self) -> tuple[str, ...]:
         if isinstance(self.stop, str):
@@ -112,12 +158,66 @@ class SamplingBody(_Body):
         )
 
 
-class ChatRequest(SamplingBody):
+class GenerationBody(SamplingBody):
+    """OpenAI's chat and completions requests: streaming, choices, the caller."""
+
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(default=None, ge=1, le=MAX_CHOICES)
+    #: An end-user id, as OpenAI takes it: it changes nothing in the answer.
+    user: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _stream_options(self) -> GenerationBody:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed when stream is true")
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def num_choices(self) -> int:
+        return self.n or 1
+
+
+class ChatRequest(GenerationBody):
     messages: list[ChatMessage] = Field(min_length=1)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = Field(default=None, max_length=128)
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+    logprobs: StrictBool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    #: Only false: Juggler does not store chat completions.
+    store: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        if self.store:
+            raise ValueError("store: true is not supported (Juggler stores no completions)")
+        if self.tool_choice is not None and not self.tools and self.tool_choice != "none":
+            raise ValueError("tool_choice needs tools")
+        return self
 
 
-class CompletionRequest(SamplingBody):
+class CompletionRequest(GenerationBody):
     prompt: str | list[str]
+    #: How many of the most likely tokens to list at each step (0 to 5).
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    #: Only false: the prompt is not echoed back.
+    echo: StrictBool = False
+    #: Only 1: one sequence is generated per choice.
+    best_of: int | None = Field(default=None, ge=1, le=1)
+
+    @model_validator(mode="after")
+    def _no_echo(self) -> CompletionRequest:
+        if self.echo:
+            raise ValueError("echo: true is not supported")
+        return self
 
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
@@ -144,9 +244,7 @@ class RerankRequest(_Body):
     return_documents: StrictBool = True
 
 
-class SessionCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SessionCreate(_Body):
     model: StrictStr
 
 
@@ -164,4 +262,4 @@ class SessionInput(_Body):
 
 
 class SessionGenerate(SamplingBody):
-    max_new_tokens: int | None = Field(default=None, ge=0)
+    max_new_tokens: int | None = Field(default=None, ge=1)

@@ -210,8 +210,10 @@ class Engine:
         add_special = self.model.add_bos and not (bos and text.startswith(bos))
         return self.model.tokenize(text, add_special=add_special)
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        return self.template.render(messages, add_generation_prompt=True)
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        return self.template.render(messages, add_generation_prompt=True, tools=tools)
 
     # -- stateless generation ------------------------------------------------------
     async def complete(
@@ -275,11 +277,17 @@ class Engine:
         return {"adapter_id": adapter_id, "unloaded": unloaded}
 
     async def append_input(
-        self, session_id: str, *, text: str | None = None, messages: list[Message] | None = None
+        self,
+        session_id: str,
+        *,
+        text: str | None = None,
+        messages: list[Message] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         reply: Reply = self._future()
         msgs = tuple(messages) if messages is not None else None
-        self._send(AppendInput(session_id, reply, text=text, messages=msgs))
+        kit = tuple(tools) if tools is not None else None
+        self._send(AppendInput(session_id, reply, text=text, messages=msgs, tools=kit))
         return await reply
 
     async def generate(self, session_id: str, params: SamplingParams) -> StreamSink:

@@ -34,6 +34,7 @@ from juggler.router import (
     memory_routes,
     metrics_route,
     openai_routes,
+    responses,
     sessions,
     ui_routes,
 )
@@ -129,6 +130,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
+        app.include_router(responses.router, prefix=prefix)
         app.include_router(adapter_routes.compat, prefix=prefix)
         app.include_router(logs_route.router, prefix=prefix)
     app.include_router(adapter_routes.router)

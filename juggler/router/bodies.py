@@ -23,6 +23,8 @@ async def read_json(request: Request) -> dict[str, Any]:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     if ADAPTER_FIELD in data:

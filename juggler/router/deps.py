@@ -14,6 +14,7 @@ from juggler.router.adapters import Adapters
 from juggler.router.figures import FiguresPoller
 from juggler.router.pins import PinBook
 from juggler.router.proxy import Proxy
+from juggler.router.response_table import ResponseTable
 from juggler.router.session_table import SessionTable
 
 
@@ -28,6 +29,7 @@ class RouterState:
     adapters: Adapters
     logs: LogBook = field(default_factory=LogBook)
     sessions: SessionTable = field(default_factory=lambda: SessionTable())
+    responses: ResponseTable = field(default_factory=lambda: ResponseTable())
 
 
 def state_of(request: Request) -> RouterState:

@@ -86,8 +86,17 @@ class Proxy:
         finally:
             self.num_waiting -= 1
 
-    async def _send(self, lease: Lease, method: str, path: str, body: Any) -> httpx.Response:
-        request = self.client.build_request(method, lease.backend_url + path, json=body)
+    async def _send(
+        self,
+        lease: Lease,
+        method: str,
+        path: str,
+        body: Any,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        request = self.client.build_request(
+            method, lease.backend_url + path, json=body, headers=headers
+        )
         response = await self.client.send(request, stream=True)
         self.last_served = (lease.model_name, lease.backend_url)
         return response
@@ -126,12 +135,14 @@ class Proxy:
         method: str = "POST",
         lease: Lease | None = None,
         client_request: Request | None = None,
+        extra_headers: dict[str, str] | None = None,
         on_release: Callable[[], None] | None = None,
     ) -> Response:
         """Send `body` to the backend of `model` at `path`; stream if the backend streams.
 
         With `lease` given (session routes), that backend is used and the lease is released
-        here; otherwise the model is acquired (auto-loaded) first. With `client_request`
+        here; otherwise the model is acquired (auto-loaded) first; `extra_headers` go to
+        the backend with the body (lease path only). With `client_request`
         given, a client that disconnects before a non-streaming answer is ready gets the
         backend request closed, which cancels the generation there. `on_release` runs
         when the request is over, however it ends (not if no backend was reached)."""
@@ -147,11 +158,16 @@ class Proxy:
             if on_release is not None:
                 held.on_release(on_release)
             try:
-                response = await self._send(held, method, path, body)
+                response = await self._unless_gone(
+                    self._send(held, method, path, body, extra_headers), client_request
+                )
             except httpx.TransportError as exc:
                 held.release()
                 await self.manager.report_backend_failure(held)
                 raise BackendDead(f"backend for {model!r} failed: {exc!r}") from exc
+            except BaseException:
+                held.release()  # the client went away (or the server is shutting down)
+                raise
         headers = {k: v for k, v in response.headers.items() if k in _PASS_HEADERS}
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             try:

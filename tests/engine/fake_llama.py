@@ -18,6 +18,7 @@ It implements `juggler.engine.llama.ports`:
 - Faults: `fail_decodes` {decode number: rc} (after writing `partial` rows),
   `raise_on_decode` (that decode raises), `no_partial_rm` (seq_rm of a tail fails, as in
   sliding-window caches), `fail_restores` (restore_seq_state fails).
+- Sampling: greedy plus `logit_bias`; logits are one-hot (1.0 at the greedy token).
 """
 
 from __future__ import annotations
@@ -196,18 +197,33 @@ class FakeContext:
 
 
 class FakeSampler:
-    """Greedy: the most likely token that is not banned (ties: the lowest id)."""
+    """Greedy over the logits plus `logit_bias`: the most likely token that is not
+    banned (ties: the lowest id). Grammars are not applied (see the real sampler). With a
+    `script`, it samples the script's bytes instead, then EOS."""
 
-    def __init__(self, ctx: FakeContext, banned: Sequence[int]) -> None:
+    def __init__(
+        self,
+        ctx: FakeContext,
+        params: SamplingParams,
+        banned: Sequence[int],
+        script: bytes | None = None,
+    ) -> None:
         self.ctx = ctx
+        self.params = params
         self.banned = set(banned)
+        self.bias = dict(params.logit_bias)
+        self.script = list(script) if script is not None else None
         self.closed = False
 
     def sample(self, row: int) -> int:
         return self.sample_logits(self.ctx.logits_row(row))
 
     def sample_logits(self, logits: Any) -> int:
-        best = max((v, -i) for i, v in enumerate(logits) if i not in self.banned)
+        if self.script is not None:
+            return self.script.pop(0) if self.script else EOS
+        best = max(
+            (v + self.bias.get(i, 0.0), -i) for i, v in enumerate(logits) if i not in self.banned
+        )
         return -best[1]
 
     def close(self) -> None:
@@ -223,8 +239,10 @@ class FakeLlama:
     eos = EOS
     architecture = "fake"
 
-    def __init__(self, faults: Faults | None = None) -> None:
+    def __init__(self, faults: Faults | None = None, script: bytes | None = None) -> None:
         self.faults = faults or Faults()
+        #: What every sampler writes instead of the greedy output (see FakeSampler).
+        self.script = script
         self.contexts: list[FakeContext] = []
         self.samplers: list[FakeSampler] = []
         #: Adapters loaded and not freed, and how many loads ran.
@@ -253,6 +271,11 @@ class FakeLlama:
     def chat_template(self, name: str | None = None) -> str | None:
         return None
 
+    def check_grammar(self, grammar: str) -> None:
+        """Only checks that there is a root rule (llama.cpp parses for real)."""
+        if "root ::=" not in grammar:
+            raise BadRequest("grammar: no root rule", param="grammar")
+
     def new_context(self, params: ContextParams) -> FakeContext:
         ctx = FakeContext(params, self.faults)
         self.contexts.append(ctx)
@@ -265,7 +288,7 @@ class FakeLlama:
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
     ) -> FakeSampler:
         assert isinstance(ctx, FakeContext)
-        sampler = FakeSampler(ctx, banned)
+        sampler = FakeSampler(ctx, params, banned, self.script)
         self.samplers.append(sampler)
         return sampler
 

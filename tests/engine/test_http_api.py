@@ -110,7 +110,7 @@ def test_stream_completion_chunks(smol_backend: Backend) -> None:
 def test_validation_errors_are_openai_shaped(smol_backend: Backend) -> None:
     with smol_backend.client() as c:
         r = c.post(
-            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "n": 2}
+            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "n": 17}
         )
         assert r.status_code == 400
         err = r.json()["error"]

@@ -44,7 +44,7 @@ def test_chat_and_completions_answer_in_openai_shapes() -> None:
         assert events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] == 3
         assert events[-3]["choices"][0]["finish_reason"] == "length"
         assert all(e["object"] == "text_completion" for e in events[:-1])
-        bad = c.post("/v1/completions", json={"prompt": "ab", "n": 2})
+        bad = c.post("/v1/completions", json={"prompt": "ab", "suffix": "x"})
         assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
 
 

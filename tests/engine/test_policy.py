@@ -37,7 +37,7 @@ def test_request_stats_count_prefill_reuse_and_token_gaps() -> None:
     g = Generation(
         params=SamplingParams(),
         sink=StreamSink(),
-        sampler=FakeSampler(ctx, ()),
+        sampler=FakeSampler(ctx, SamplingParams(), ()),
         max_new_tokens=8,
         t_arrival=1.0,
         prompt_tokens=10,

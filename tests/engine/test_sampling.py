@@ -1,8 +1,13 @@
-"""Stop strings with partial-match holdback, UTF-8 assembly across tokens."""
+"""Stop strings with partial-match holdback, UTF-8 assembly across tokens, logprobs."""
 
 from __future__ import annotations
 
-from juggler.engine.llama.sampling import StopMatcher, Utf8Assembler
+import math
+
+import numpy as np
+import pytest
+
+from juggler.engine.llama.sampling import StopMatcher, Utf8Assembler, token_logprobs
 
 
 def feed_all(m: StopMatcher, pieces: list[str]) -> tuple[str, bool]:
@@ -50,3 +55,14 @@ def test_utf8_character_split_over_two_tokens() -> None:
     assert a.feed(data[1:4]) == "é"
     assert a.feed(data[4:]) == "🙂"
     assert a.flush() == ""
+
+
+def test_logprobs_are_the_log_softmax_with_the_best_tokens_first() -> None:
+    logits = np.array([1.0, 3.0, 2.0, -1.0])
+    lp = token_logprobs(logits, 2, 3)
+    expected = logits - np.log(np.exp(logits).sum())
+    assert lp.token == 2 and lp.logprob == pytest.approx(expected[2])
+    assert [t for t, _ in lp.top] == [1, 2, 0]
+    assert [v for _, v in lp.top] == pytest.approx([expected[1], expected[2], expected[0]])
+    assert sum(math.exp(v) for _, v in token_logprobs(logits, 0, 4).top) == pytest.approx(1.0)
+    assert token_logprobs(logits, 1, 0).top == ()

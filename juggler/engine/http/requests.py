@@ -1,27 +1,32 @@
 """From the shared OpenAI request bodies (`juggler.api.openai`) to engine values.
 
 The router and the backend validate with the same bodies; what a body means to the
-engine (its `SamplingParams`, its chat messages as a template reads them) is decided
-here, on the backend side only.
+engine (its `SamplingParams`, its grammar, its chat messages as a template reads them)
+is decided here, on the backend side only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from juggler.api.openai import AdapterSpec, ChatMessage, SamplingBody
+from juggler.api.structured import ResponseFormat
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.messages import AdapterRef
+from juggler.engine.structured.grammar import guard, json_object_grammar, schema_grammar
+from juggler.errors import BadRequest
 
 _DEFAULTS = SamplingParams()
 
 
 def sampling_params(
-    body: SamplingBody, default_max: int, max_override: int | None = None
+    body: SamplingBody, default_max: int, max_override: int | None = None, *, n_vocab: int
 ) -> SamplingParams:
     """The sampling a body asks for; unset fields take llama.cpp server's defaults and the
-    token limit defaults to `default_max` (the context size)."""
+    token limit defaults to `default_max` (the context size). The grammar is the one of
+    `grammar` / `json_schema` (see `format_grammar` for response_format and tools)."""
     limit = max_override if max_override is not None else body.token_limit()
     d = _DEFAULTS
     return SamplingParams(
@@ -36,7 +41,57 @@ def sampling_params(
         presence_penalty=body.presence_penalty or 0.0,
         stop=body.stops(),
         ignore_eos=body.ignore_eos,
+        grammar=extension_grammar(body),
+        logit_bias=logit_bias(body.logit_bias, n_vocab),
     )
+
+
+def extension_grammar(body: SamplingBody) -> str | None:
+    """llama.cpp server's `grammar` (GBNF) or `json_schema`, at most one of them."""
+    if body.grammar is not None and body.json_schema is not None:
+        raise BadRequest("json_schema: give either grammar or json_schema", param="json_schema")
+    if body.grammar is not None:
+        return guard(body.grammar, param="grammar")
+    if body.json_schema is not None:
+        return schema_grammar(body.json_schema, param="json_schema")
+    return None
+
+
+def format_grammar(params: SamplingParams, fmt: ResponseFormat | None, param: str) -> str | None:
+    """The grammar of `response_format` (None for text), which may not be combined with
+    `grammar` / `json_schema`."""
+    schema = fmt.schema_of() if fmt is not None else None
+    if schema is None:
+        return params.grammar
+    if params.grammar is not None:
+        raise BadRequest(
+            f"{param}: give either {param} or the grammar / json_schema extensions", param=param
+        )
+    if not schema:
+        return json_object_grammar()
+    sub = "json_schema.schema" if fmt is not None and fmt.type == "json_schema" else "schema"
+    return schema_grammar(schema, param=f"{param}.{sub}")
+
+
+def logit_bias(bias: dict[str, float] | None, n_vocab: int) -> tuple[tuple[int, float], ...]:
+    out = []
+    for key, value in (bias or {}).items():
+        token = int(key)
+        if token >= n_vocab:
+            raise BadRequest(
+                f"logit_bias: token {token} is not in the vocabulary ({n_vocab} tokens)",
+                param="logit_bias",
+            )
+        out.append((token, value))
+    return tuple(out)
+
+
+def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """The sampling of each of `n` choices: with a seed, choice i draws with seed + i, so
+    the choices differ and the same request gives the same choices again."""
+    if params.seed is None:
+        return [params] * n
+    return [dataclasses.replace(params, seed=params.seed + i) for i in range(n)]
 
 
 def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:

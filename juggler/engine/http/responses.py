@@ -1,4 +1,5 @@
-"""The OpenAI shapes of the backend's answers: responses, stream chunks and usage.
+"""The OpenAI shapes of the backend's chat and completions answers: responses, stream
+chunks and usage.
 
 Pure functions that build dictionaries; the routes serialize them (as JSON, or as SSE
 events through `juggler.api.sse`).
@@ -8,17 +9,26 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from juggler.engine.schedule.stream import RequestStats
 
 
-def usage(stats: RequestStats | None, *, extended: bool = False) -> dict[str, Any]:
+def usage(
+    stats: RequestStats | None,
+    *,
+    extended: bool = False,
+    completion_tokens: int | None = None,
+) -> dict[str, Any]:
+    """OpenAI's usage; `completion_tokens` overrides the count (several choices)."""
     s = stats or RequestStats()
+    done = s.output_tokens if completion_tokens is None else completion_tokens
     out: dict[str, Any] = {
         "prompt_tokens": s.input_tokens,
-        "completion_tokens": s.output_tokens,
-        "total_tokens": s.input_tokens + s.output_tokens,
+        "completion_tokens": done,
+        "total_tokens": s.input_tokens + done,
+        "prompt_tokens_details": {"cached_tokens": s.prompt_tokens_reused},
     }
     if extended:
         out["prompt_tokens_prefilled"] = s.prompt_tokens_prefilled
@@ -26,69 +36,84 @@ def usage(stats: RequestStats | None, *, extended: bool = False) -> dict[str, An
     return out
 
 
+def choices_usage(stats: Sequence[RequestStats | None]) -> dict[str, Any]:
+    """One request's usage over its choices: the prompt once, every choice's tokens."""
+    done = sum(s.output_tokens for s in stats if s is not None)
+    return usage(stats[0] if stats else None, completion_tokens=done)
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
 def chat_response(
-    rid: str, model: str, text: str, finish: str, stats: RequestStats | None
+    rid: str, model: str, choices: list[dict[str, Any]], use: dict[str, Any]
 ) -> dict[str, Any]:
     return {
         "id": rid,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish,
-            }
-        ],
-        "usage": usage(stats),
+        "choices": choices,
+        "usage": use,
     }
 
 
 def completion_response(
-    rid: str, model: str, text: str, finish: str, stats: RequestStats | None
+    rid: str, model: str, choices: list[dict[str, Any]], use: dict[str, Any]
 ) -> dict[str, Any]:
     return {
         "id": rid,
         "object": "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
-        "usage": usage(stats),
+        "choices": choices,
+        "usage": use,
     }
 
 
 def chat_chunk(
-    rid: str, model: str, created: int, delta: dict[str, Any], finish: str | None = None
+    rid: str,
+    model: str,
+    created: int,
+    delta: dict[str, Any],
+    finish: str | None = None,
+    *,
+    index: int = 0,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "id": rid,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        "choices": [
+            {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        ],
     }
 
 
 def completion_chunk(
-    rid: str, model: str, created: int, text: str, finish: str | None = None
+    rid: str,
+    model: str,
+    created: int,
+    text: str,
+    finish: str | None = None,
+    *,
+    index: int = 0,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "id": rid,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+        "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}],
     }
 
 
 def usage_chunk(
-    rid: str, model: str, created: int, obj: str, stats: RequestStats | None
+    rid: str, model: str, created: int, obj: str, use: dict[str, Any]
 ) -> dict[str, Any]:
     return {
         "id": rid,
@@ -96,10 +121,5 @@ def usage_chunk(
         "created": created,
         "model": model,
         "choices": [],
-        "usage": usage(stats),
+        "usage": use,
     }
-
-
-def openai_finish(reason: str | None) -> str:
-    """OpenAI knows "stop" and "length"; a cancelled stream reports "stop"."""
-    return "length" if reason == "length" else "stop"

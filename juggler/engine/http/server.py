@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-import time
+import re
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,14 +24,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from juggler.api import openai as api
-from juggler.engine.http import memory
+from juggler.api.responses import RESPONSE_ID, RESPONSE_ID_HEADER, ResponsesRequest
+from juggler.engine.http import memory, openai_routes, responses_api
 from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.http.requests import adapter_ref, sampling_params, template_messages
-from juggler.engine.http.streaming import drain, stream
+from juggler.engine.http.response_store import ResponseStore
+from juggler.engine.http.streaming import stream
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
-from juggler.errors import BadRequest, EngineError, JugglerError, error_body, render
+from juggler.engine.structured.tools import ToolCaps, template_caps
+from juggler.errors import BadRequest, EngineError, JugglerError, render
+from juggler.options import bad_request_of
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +68,7 @@ def create_app(engine: Engine) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        msg = first.get("msg", "invalid request")
-        return JSONResponse(
-            error_body(
-                f"{'.'.join(loc) or 'body'}: {msg}",
-                type="invalid_request_error",
-                code="invalid_request_error",
-                param=".".join(loc) or None,
-            ),
-            status_code=400,
-        )
+        return JSONResponse(render(bad_request_of(first, skip=("body",))), status_code=400)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -120,56 +115,34 @@ def create_app(engine: Engine) -> FastAPI:
         return Response(body, media_type=ctype)
 
     # -- OpenAI ----------------------------------------------------------------------
+    caps = template_caps(engine.template) if engine.is_llm else ToolCaps()
+
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: api.ChatRequest, request: Request) -> Any:
-        t0 = time.perf_counter()
-        engine.require_llm()
-        prompt = engine.tokenize_prompt(engine.render_chat(template_messages(body.messages)))
-        params = sampling_params(body, engine.config.flags.ctx_size)
-        adapter = adapter_ref(body.juggler_adapter)
-        sink = await engine.complete(prompt, params, t0, incremental=body.stream, adapter=adapter)
-        rid = shape.new_id("chatcmpl")
-        if not body.stream:
-            text, finish, st = await drain(sink, request)
-            return shape.chat_response(rid, name, text, shape.openai_finish(finish), st)
-        created = int(time.time())
-
-        def on_token(text: str, ids: tuple[int, ...]) -> Any:
-            return shape.chat_chunk(rid, name, created, {"content": text}) if text else None
-
-        def on_done(finish: str | None, st: RequestStats | None) -> list[Any]:
-            out = [shape.chat_chunk(rid, name, created, {}, shape.openai_finish(finish))]
-            if body.include_usage:
-                out.append(shape.usage_chunk(rid, name, created, "chat.completion.chunk", st))
-            return out
-
-        head = [shape.chat_chunk(rid, name, created, {"role": "assistant", "content": ""})]
-        return stream(sink, on_token, on_done, head)
+        return await openai_routes.chat(engine, caps, body, request)
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: api.CompletionRequest, request: Request) -> Any:
-        t0 = time.perf_counter()
-        engine.require_llm()
-        prompt = engine.tokenize_prompt(body.prompt_text())
-        params = sampling_params(body, engine.config.flags.ctx_size)
-        adapter = adapter_ref(body.juggler_adapter)
-        sink = await engine.complete(prompt, params, t0, incremental=body.stream, adapter=adapter)
-        rid = shape.new_id("cmpl")
-        if not body.stream:
-            text, finish, st = await drain(sink, request)
-            return shape.completion_response(rid, name, text, shape.openai_finish(finish), st)
-        created = int(time.time())
+        return await openai_routes.completions(engine, body, request)
 
-        def on_token(text: str, ids: tuple[int, ...]) -> Any:
-            return shape.completion_chunk(rid, name, created, text) if text else None
+    # -- the Responses API -----------------------------------------------------------
+    store = ResponseStore(engine.end_session)
 
-        def on_done(finish: str | None, st: RequestStats | None) -> list[Any]:
-            out = [shape.completion_chunk(rid, name, created, "", shape.openai_finish(finish))]
-            if body.include_usage:
-                out.append(shape.usage_chunk(rid, name, created, "text_completion", st))
-            return out
+    @app.post("/v1/responses", response_model=None)
+    async def create_response(body: ResponsesRequest, request: Request) -> Any:
+        # The router picks the id (so that it knows where the response lives).
+        rid = request.headers.get(RESPONSE_ID_HEADER, "")
+        rid = rid if re.match(RESPONSE_ID, rid) else f"resp_{uuid.uuid4().hex}"
+        return await responses_api.create(engine, caps, store, body, request, rid)
 
-        return stream(sink, on_token, on_done)
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(response_id: str) -> dict[str, Any]:
+        return store.get(response_id).body
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(response_id: str) -> dict[str, Any]:
+        store.delete(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
 
     # -- sessions --------------------------------------------------------------------
     @app.post("/v1/sessions")
@@ -196,7 +169,10 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.post("/v1/sessions/{session_id}/generate")
     async def session_generate(session_id: str, body: api.SessionGenerate) -> StreamingResponse:
-        params = sampling_params(body, engine.config.flags.ctx_size, body.max_new_tokens)
+        ctx_size, n_vocab = engine.config.flags.ctx_size, engine.model.n_vocab
+        params = sampling_params(body, ctx_size, body.max_new_tokens, n_vocab=n_vocab)
+        if params.grammar is not None:
+            engine.model.check_grammar(params.grammar)
         sink = await engine.generate(session_id, params)
 
         def on_token(text: str, ids: tuple[int, ...]) -> Any:

@@ -1,52 +1,129 @@
-"""From a request's `StreamSink` to an HTTP answer: all of it at once, or SSE events.
+"""From requests' `StreamSink`s to an HTTP answer: all of it at once, or SSE events.
 
-Runs on the event loop. A client that goes away cancels its generation: the SSE
-generator's `finally` cancels the sink (Starlette cancels the response task on
-disconnect), and a non-streaming request watches for the disconnect while it waits, so
-the worker stops spending tokens on it at its next tick. SSE framing is
-`juggler.api.sse`'s.
+Runs on the event loop. A request with n choices has n sinks (one generation each);
+`merged` interleaves their events as they come. A client that goes away cancels its
+generations: the SSE generator's `finally` cancels the sinks (Starlette cancels the
+response task on disconnect), and a non-streaming request watches for the disconnect
+while it waits, so the worker stops spending tokens on it at its next tick. SSE framing
+is `juggler.api.sse`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from juggler.api import sse
-from juggler.engine.schedule.stream import EventKind, RequestStats, StreamSink
+from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
+from juggler.errors import JugglerError
 
 
-async def drain(
-    sink: StreamSink, request: Request | None = None
-) -> tuple[str, str, RequestStats | None]:
-    """Collect a whole generation (non-streaming requests): its text, finish reason and
-    stats; raises its error."""
+def cancel_all(sinks: Sequence[StreamSink]) -> None:
+    for sink in sinks:
+        sink.cancel()  # no-op when finished; stops the worker if the client left
+
+
+async def merged(sinks: Sequence[StreamSink]) -> AsyncIterator[tuple[int, StreamEvent]]:
+    """(choice index, event) for every event of every sink, in arrival order, until each
+    sink has sent its final event."""
+    if len(sinks) == 1:
+        while True:
+            ev = await sinks[0].get()
+            yield 0, ev
+            if ev.kind is not EventKind.TOKEN:
+                return
+    queue: asyncio.Queue[tuple[int, StreamEvent]] = asyncio.Queue()
+
+    async def pump(i: int, sink: StreamSink) -> None:
+        while True:
+            ev = await sink.get()
+            queue.put_nowait((i, ev))
+            if ev.kind is not EventKind.TOKEN:
+                return
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(sinks)]
+    try:
+        left = len(sinks)
+        while left:
+            i, ev = await queue.get()
+            left -= ev.kind is not EventKind.TOKEN
+            yield i, ev
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+
+async def collect(sinks: Sequence[StreamSink], request: Request | None = None) -> list[StreamEvent]:
+    """Every choice's events, merged per choice into one final event (text, token ids and
+    logprobs of the whole generation); raises the first error."""
 
     async def watch() -> None:
         assert request is not None
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        sink.cancel()
+        cancel_all(sinks)
 
     watcher = asyncio.create_task(watch()) if request is not None else None
-    parts: list[str] = []
+    parts: list[list[StreamEvent]] = [[] for _ in sinks]
     try:
-        while True:
-            ev = await sink.get()
-            parts.append(ev.text)
-            if ev.kind is EventKind.DONE:
-                return "".join(parts), ev.finish_reason or "stop", ev.stats
+        async for i, ev in merged(sinks):
             if ev.kind is EventKind.ERROR:
                 assert ev.error is not None
                 raise ev.error
+            parts[i].append(ev)
     finally:
         if watcher is not None:
             watcher.cancel()
-        sink.cancel()
+        cancel_all(sinks)
+    return [_joined(evs) for evs in parts]
+
+
+def _joined(events: list[StreamEvent]) -> StreamEvent:
+    last = events[-1]
+    return StreamEvent(
+        last.kind,
+        text="".join(e.text for e in events),
+        token_ids=tuple(t for e in events for t in e.token_ids),
+        logprobs=tuple(lp for e in events for lp in e.logprobs),
+        finish_reason=last.finish_reason or "stop",
+        stats=last.stats,
+    )
+
+
+async def drain(
+    sink: StreamSink, request: Request | None = None
+) -> tuple[str, str, RequestStats | None]:
+    """Collect a whole generation (one choice): its text, finish reason and stats."""
+    (done,) = await collect([sink], request)
+    return done.text, done.finish_reason or "stop", done.stats
+
+
+def sse_response(objects: AsyncIterator[Any], sinks: Sequence[StreamSink]) -> StreamingResponse:
+    """An SSE response of `objects` (bytes go out as they are, anything else as a `data:`
+    event); a JugglerError raised by them ends the stream with an error event."""
+
+    async def gen() -> AsyncIterator[bytes]:
+        try:
+            async for obj in objects:
+                yield obj if isinstance(obj, bytes) else sse.data(obj)
+        except JugglerError as exc:
+            yield sse.error(exc)
+        finally:
+            cancel_all(sinks)
+
+    return StreamingResponse(
+        gen(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def stream(
@@ -55,34 +132,24 @@ def stream(
     on_done: Callable[[str | None, RequestStats | None], list[Any]],
     head: list[Any] | None = None,
 ) -> StreamingResponse:
-    """An SSE response: `head` objects, one object per token event (`on_token`, None
-    sends nothing), then `on_done`'s objects and [DONE]; an error ends the stream with
-    an error object instead."""
+    """An SSE response for one generation: `head` objects, one object per token event
+    (`on_token`, None sends nothing), then `on_done`'s objects and [DONE]; an error ends
+    the stream with an error object instead."""
 
-    async def gen() -> AsyncIterator[bytes]:
-        try:
-            for obj in head or []:
-                yield sse.data(obj)
-            while True:
-                ev = await sink.get()
-                if ev.kind is EventKind.TOKEN or ev.text:
-                    obj = on_token(ev.text, ev.token_ids)
-                    if obj is not None:
-                        yield sse.data(obj)
-                if ev.kind is EventKind.DONE:
-                    for obj in on_done(ev.finish_reason, ev.stats):
-                        yield sse.data(obj)
-                    yield sse.DONE
-                    return
-                if ev.kind is EventKind.ERROR:
-                    assert ev.error is not None
-                    yield sse.error(ev.error)
-                    return
-        finally:
-            sink.cancel()  # no-op when finished; stops the worker if the client left
+    async def objects() -> AsyncIterator[Any]:
+        for obj in head or []:
+            yield obj
+        async for _, ev in merged([sink]):
+            if ev.kind is EventKind.TOKEN or ev.text:
+                obj = on_token(ev.text, ev.token_ids)
+                if obj is not None:
+                    yield obj
+            if ev.kind is EventKind.DONE:
+                for obj in on_done(ev.finish_reason, ev.stats):
+                    yield obj
+                yield sse.DONE
+            elif ev.kind is EventKind.ERROR:
+                assert ev.error is not None
+                raise ev.error
 
-    return StreamingResponse(
-        gen(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(objects(), [sink])

@@ -74,6 +74,7 @@ class ChatTemplate:
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = _strftime_now
         self._template = env.from_string(source)
+        self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.origin = origin
@@ -90,19 +91,31 @@ class ChatTemplate:
         log.warning("model has no chat template; using the %s template", name)
         return cls(source, bos_token=bos_token, eos_token=eos_token, origin=name)
 
-    def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool) -> str:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """The prompt text; `tools` (OpenAI's function tools) only for templates that
+        render tools themselves (see `structured.tools`)."""
+        extra = {"tools": tools} if tools is not None else {}
         return self._template.render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token,
             eos_token=self.eos_token,
+            **extra,
         )
 
-    def generation_prompt(self, messages: list[dict[str, Any]]) -> str:
+    def generation_prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
         """What `add_generation_prompt` appends after these messages (e.g. the
         assistant header); empty if the template does not extend its output."""
-        without = self.render(messages, add_generation_prompt=False)
-        with_prompt = self.render(messages, add_generation_prompt=True)
+        without = self.render(messages, add_generation_prompt=False, tools=tools)
+        with_prompt = self.render(messages, add_generation_prompt=True, tools=tools)
         return with_prompt[len(without) :] if with_prompt.startswith(without) else ""
 
 
@@ -113,14 +126,17 @@ class ChatState:
     messages: list[dict[str, Any]] = field(default_factory=list)
     #: The text that the sequence's tokens (in KV and pending) spell, as rendered.
     text: str = ""
+    #: The tools the template renders (templates that render tools themselves).
+    tools: list[dict[str, Any]] | None = None
 
     def delta_for(self, template: ChatTemplate, new: list[dict[str, Any]]) -> str | None:
         """The text to append for new messages, or None if the template's rendering of
         the longer history does not start with what the sequence already holds."""
-        full = template.render([*self.messages, *new], add_generation_prompt=False)
+        full = self.full_text(template, new)
         if full.startswith(self.text):
             return full[len(self.text) :]
         return None
 
     def full_text(self, template: ChatTemplate, new: list[dict[str, Any]]) -> str:
-        return template.render([*self.messages, *new], add_generation_prompt=False)
+        messages = [*self.messages, *new]
+        return template.render(messages, add_generation_prompt=False, tools=self.tools)

@@ -20,7 +20,8 @@ from typing import Any
 
 import llama_cpp.llama_cpp as C
 
-from juggler.engine.llama.native_context import Batch, Context, Sampler
+from juggler.engine.llama.native_context import Batch, Context
+from juggler.engine.llama.native_sampler import Sampler, check_grammar
 from juggler.engine.llama.ports import ContextParams, LlamaContext
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.errors import BadRequest, CheckpointMissing, EngineError, LoadFailed
@@ -150,7 +151,12 @@ class Model:
     def new_sampler(
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
     ) -> Sampler:
-        return Sampler(self.n_vocab, ctx, params, banned)
+        eog = self.eog_tokens()
+        return Sampler(self.vocab, self.n_vocab, ctx, params, banned, eog[0] if eog else self.eos)
+
+    def check_grammar(self, grammar: str) -> None:
+        """BadRequest when llama.cpp cannot parse the GBNF grammar (any thread)."""
+        check_grammar(self.vocab, grammar)
 
     # -- LoRA adapters (the worker thread that applies them) -----------------------------
     def load_adapter(self, path: str) -> Any:

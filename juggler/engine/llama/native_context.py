@@ -1,6 +1,6 @@
-"""llama.cpp's per-worker objects over llama-cpp-python's ctypes bindings: a context, its
-batch and the sampler chains that read its logits (`ports.LlamaContext`, `TokenBatch`,
-`TokenSampler`).
+"""llama.cpp's per-worker objects over llama-cpp-python's ctypes bindings: a context and
+its batch (`ports.LlamaContext`, `TokenBatch`; the sampler chains that read its logits
+are `native_sampler`'s).
 
 A context (and its batch and samplers) belongs to the one worker thread that created it;
 only that thread decodes or edits its memory. `llama_decode` releases the GIL, so
@@ -10,20 +10,16 @@ workers decode in parallel. A failed llama.cpp call raises `EngineError`.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
 from typing import Any, cast
 
 import llama_cpp.llama_cpp as C
 import numpy as np
 
-from juggler.engine.llama.ports import ContextParams, LlamaContext, Logits, SeqState, TokenBatch
-from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.llama.ports import ContextParams, Logits, SeqState, TokenBatch
 from juggler.errors import EngineError, LoadFailed
 
 POOLING_NONE = C.LLAMA_POOLING_TYPE_NONE
 POOLING_RANK = C.LLAMA_POOLING_TYPE_RANK
-#: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
-_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
 class Batch:
@@ -151,72 +147,4 @@ class Context:
     def close(self) -> None:
         if self.ptr:
             C.llama_free(self.ptr)
-            self.ptr = None
-
-
-class Sampler:
-    """A `llama_sampler` chain owned by one generation on one worker thread: penalties,
-    top_k, top_p, min_p, temperature, then a seeded draw (greedy at temperature 0)."""
-
-    def __init__(
-        self, n_vocab: int, ctx: LlamaContext, params: SamplingParams, banned: Sequence[int]
-    ) -> None:
-        self.ctx_ptr: Any = cast(Context, ctx).ptr
-        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-        self.ptr: Any = chain
-        p = params
-        if banned:
-            biases = (C.llama_logit_bias * len(banned))()
-            for i, tok in enumerate(banned):
-                biases[i].token = tok  # type: ignore[assignment]
-                biases[i].bias = float("-inf")
-            C.llama_sampler_chain_add(
-                chain, C.llama_sampler_init_logit_bias(n_vocab, len(banned), biases)
-            )
-        if p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
-            C.llama_sampler_chain_add(
-                chain,
-                C.llama_sampler_init_penalties(
-                    n_vocab,
-                    p.penalty_last_n,
-                    p.repeat_penalty,
-                    p.frequency_penalty,
-                    p.presence_penalty,
-                ),
-            )
-        if p.temperature <= 0.0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-            return
-        if p.top_k > 0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(p.top_k))
-        if 0.0 < p.top_p < 1.0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(p.top_p, 1))
-        if p.min_p > 0.0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_min_p(p.min_p, 1))
-        C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(p.temperature))
-        C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(p.resolved_seed() & 0xFFFFFFFF))
-
-    def sample(self, row: int) -> int:
-        """Sample (and accept) a token from the logits of batch row `row`."""
-        return int(C.llama_sampler_sample(self.ptr, self.ctx_ptr, row))
-
-    def sample_logits(self, logits: Logits) -> int:
-        """Sample (and accept) a token from saved logits, as `sample` does from a row."""
-        n = int(logits.shape[0])
-        data = (C.llama_token_data * n)()
-        view = np.frombuffer(memoryview(data).cast("B"), dtype=_TOKEN_DATA)
-        view["id"] = np.arange(n, dtype=np.int32)
-        view["logit"] = logits
-        view["p"] = 0.0
-        arr = C.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
-        C.llama_sampler_apply(self.ptr, ctypes.byref(arr))
-        if not 0 <= arr.selected < arr.size:
-            raise EngineError("the sampler chain selected no token")
-        token = int(arr.data[arr.selected].id)
-        C.llama_sampler_accept(self.ptr, token)
-        return token
-
-    def close(self) -> None:
-        if self.ptr:
-            C.llama_sampler_free(self.ptr)
             self.ptr = None

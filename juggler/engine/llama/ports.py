@@ -163,7 +163,12 @@ class LlamaModel(Vocab, Protocol):
     def new_sampler(
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
     ) -> TokenSampler:
-        """A sampler chain for one generation; `banned` tokens are never sampled."""
+        """A sampler chain for one generation; `banned` tokens are never sampled. Raises
+        BadRequest when `params.grammar` cannot be parsed."""
+        ...
+
+    def check_grammar(self, grammar: str) -> None:
+        """Raise BadRequest when llama.cpp cannot parse this GBNF grammar (any thread)."""
         ...
 
     def load_adapter(self, path: str) -> Adapter:

@@ -1,9 +1,10 @@
-"""Sampling parameters and the text side of generation: UTF-8 assembly and stop strings.
+"""Sampling parameters and the text side of generation: UTF-8 assembly, stop strings
+and log-probabilities.
 
-The per-generation `llama_sampler` chain itself is `native.Sampler` (penalties, top_k,
-top_p, min_p, temperature, then a seeded draw, or greedy at temperature 0). This module
-is pure: it runs on the worker thread but touches no llama.cpp state, so the tests call
-it directly.
+The per-generation `llama_sampler` chains themselves are `native_sampler.Sampler` (logit
+bias, penalties, top_k, top_p, min_p, temperature, then a seeded draw, or greedy at
+temperature 0; a grammar, when given, constrains the draw). This module is pure: it runs
+on the worker thread but touches no llama.cpp state, so the tests call it directly.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import codecs
 import random
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,42 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     #: llama.cpp server's extension: never sample an end-of-generation token.
     ignore_eos: bool = False
+    #: A GBNF grammar the generated text must match (response_format, tools, `grammar`).
+    grammar: str | None = None
+    #: OpenAI's logit_bias: (token, bias) pairs added to the logits before sampling.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    #: None: no log-probabilities; k >= 0: each token's and its k most likely rivals'.
+    top_logprobs: int | None = None
 
     def resolved_seed(self) -> int:
         return self.seed if self.seed is not None else random.getrandbits(32)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A sampled token's log-probability under the model, and the `top` most likely
+    tokens at that step (token, logprob), most likely first."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def token_logprobs(logits: Any, token: int, k: int) -> TokenLogprob:
+    """The log-softmax of one row of raw logits at `token`, with the `k` best tokens.
+
+    OpenAI's logprobs are the model's own distribution: taken before penalties, bias,
+    temperature or a grammar change the logits."""
+    x = np.asarray(logits, dtype=np.float64)
+    top = float(x.max())
+    lse = top + float(np.log(np.exp(x - top).sum()))
+    best: tuple[tuple[int, float], ...] = ()
+    if k > 0:
+        k = min(k, x.shape[0])
+        idx = np.argpartition(-x, k - 1)[:k]
+        idx = idx[np.argsort(-x[idx], kind="stable")]
+        best = tuple((int(i), float(x[i]) - lse) for i in idx)
+    return TokenLogprob(token, float(x[token]) - lse, best)
 
 
 class Utf8Assembler:

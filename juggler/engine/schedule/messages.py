@@ -54,6 +54,8 @@ class AppendInput:
     reply: Reply
     text: str | None = None
     messages: tuple[Message, ...] | None = None
+    #: Tools for a template that renders them itself (from now on; None: unchanged).
+    tools: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,7 +10,7 @@ Cancellation goes the other way: the consumer sets `is_cancelled`; the worker ch
 once per tick and finishes the generation with finish_reason "cancelled".
 
 A non-incremental sink (a non-streaming request) sends nothing until the end: its
-final event carries the whole text, so the loop is not woken for every token of an
+final event carries the whole text (and token ids and logprobs), so the loop is not woken for every token of an
 answer nobody reads before it is complete.
 """
 
@@ -21,6 +21,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from juggler.engine.llama.sampling import TokenLogprob
 from juggler.engine.schedule.outbox import Outbox
 from juggler.errors import JugglerError
 
@@ -63,6 +64,8 @@ class StreamEvent:
     kind: EventKind
     text: str = ""
     token_ids: tuple[int, ...] = ()
+    #: The tokens' log-probabilities, when the request asked for them.
+    logprobs: tuple[TokenLogprob, ...] = ()
     finish_reason: str | None = None
     stats: RequestStats | None = None
     error: JugglerError | None = None
@@ -83,7 +86,7 @@ class StreamSink:
     is_cancelled: bool = False
     is_finished: bool = False
     outbox: Outbox | None = None
-    _held: list[str] = field(default_factory=list)
+    _held: list[StreamEvent] = field(default_factory=list)
 
     # -- worker thread ---------------------------------------------------------------
     def bind(self, outbox: Outbox) -> None:
@@ -98,7 +101,7 @@ class StreamSink:
     def push(self, event: StreamEvent) -> bool:
         """Queue a token event; False (nothing queued) when the consumer is too far behind."""
         if not self.incremental:
-            self._held.append(event.text)
+            self._held.append(event)
             return True
         if self.num_sent - self.num_taken >= self.max_pending:
             return False
@@ -111,7 +114,13 @@ class StreamSink:
             return
         self.is_finished = True
         if self._held:
-            event = replace(event, text="".join(self._held) + event.text)
+            held = [*self._held, event]
+            event = replace(
+                event,
+                text="".join(e.text for e in held),
+                token_ids=tuple(t for e in held for t in e.token_ids),
+                logprobs=tuple(lp for e in held for lp in e.logprobs),
+            )
             self._held.clear()
         self._post(event)
 

@@ -14,6 +14,7 @@ each decode with its adapter applied.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import time
 
@@ -142,7 +143,8 @@ class Decoder:
             try:
                 g = s.generation
                 if g is not None:
-                    self.gens.on_token(s, g.sampler.sample(row))
+                    token = g.sampler.sample(row)
+                    self.gens.on_sampled(s, token, functools.partial(self.ctx.logits_row, row))
                 elif s.spec_header is not None:
                     s.saved_logits = self.ctx.logits_row(row)
             except EngineError as exc:  # one request's llama.cpp call failed

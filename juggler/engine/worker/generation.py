@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from juggler.engine.llama.ports import LlamaModel
-from juggler.engine.llama.sampling import SamplingParams, StopMatcher
+from juggler.engine.llama.ports import LlamaModel, Logits
+from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogprob, token_logprobs
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
@@ -95,7 +95,15 @@ class Generations:
         s.last_used = self.clock.tick
         return g
 
-    def on_token(self, s: Session, token: int) -> None:
+    def on_sampled(self, s: Session, token: int, logits: Callable[[], Logits]) -> None:
+        """A token sampled for `s` from `logits()` (read only when the request asked for
+        log-probabilities): see `on_token`."""
+        g = s.generation
+        assert g is not None
+        k = g.params.top_logprobs
+        self.on_token(s, token, None if k is None else token_logprobs(logits(), token, k))
+
+    def on_token(self, s: Session, token: int, logprob: TokenLogprob | None = None) -> None:
         """One sampled token: stream its text, finish on EOG / stop / budget / full."""
         g = s.generation
         assert g is not None
@@ -114,12 +122,14 @@ class Generations:
         emit, stopped = g.stop.feed(raw)
         if emit:
             g.text_parts.append(emit)
+        lps = (logprob,) if logprob is not None else ()
+        event = StreamEvent(EventKind.TOKEN, text=emit, token_ids=(token,), logprobs=lps)
         if stopped:
             if emit:
-                g.sink.push(StreamEvent(EventKind.TOKEN, text=emit, token_ids=(token,)))
+                g.sink.push(event)
             self.finish(s, "stop")
             return
-        if not g.sink.push(StreamEvent(EventKind.TOKEN, text=emit, token_ids=(token,))):
+        if not g.sink.push(event):
             self.finish(
                 s,
                 "error",

@@ -36,13 +36,18 @@ class SessionInputs:
             raise error
 
     def append(
-        self, s: Session, text: str | None, messages: Sequence[dict[str, Any]] | None
+        self,
+        s: Session,
+        text: str | None,
+        messages: Sequence[dict[str, Any]] | None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> int:
         """Append a text or chat delta to the session's pending input; returns how many
-        tokens it added. Raises BadRequest / ContextOverflow (nothing appended)."""
+        tokens it added. `tools`: what a template that renders tools itself gets from now
+        on. Raises BadRequest / ContextOverflow (nothing appended)."""
         self.drop_speculation(s)
         if messages is not None:
-            return self._chat_delta(s, messages)
+            return self._chat_delta(s, messages, tools)
         if s.chat is not None:
             raise BadRequest("this is a chat session: send messages, not text", param="text")
         total = s.n_past + len(s.pending)
@@ -55,7 +60,7 @@ class SessionInputs:
     def speculate_header(self, s: Session) -> None:
         """After a user turn, append the assistant header now (see the module doc)."""
         assert s.chat is not None
-        text = self.template.generation_prompt(s.chat.messages)
+        text = self.template.generation_prompt(s.chat.messages, s.chat.tools)
         if not text:
             return
         header = self.vocab.tokenize(text, add_special=False)
@@ -86,7 +91,7 @@ class SessionInputs:
             return False, None
         msgs = s.chat.messages
         continues = bool(msgs) and msgs[-1].get("role") == "assistant"
-        prompt = "" if continues else self.template.generation_prompt(msgs)
+        prompt = "" if continues else self.template.generation_prompt(msgs, s.chat.tools)
         saved = None
         if s.spec_header is not None and s.spec_header[0] == prompt:
             s.chat.text += prompt  # already appended (and maybe decoded) at /input
@@ -102,7 +107,9 @@ class SessionInputs:
             s.chat.text += prompt
         return continues, saved
 
-    def _chat_delta(self, s: Session, messages: Sequence[dict[str, Any]]) -> int:
+    def _chat_delta(
+        self, s: Session, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int:
         """Render the chat template incrementally; append only the new turn's tokens."""
         if s.chat is None:
             if s.tokens or s.pending:
@@ -111,6 +118,8 @@ class SessionInputs:
                 )
             s.chat = ChatState()
         chat = s.chat
+        if tools is not None:
+            chat.tools = tools
         bos = self.template.bos_token
         delta = chat.delta_for(self.template, list(messages))
         if delta is not None:

@@ -133,7 +133,8 @@ class SessionApi:
         if s.generation is not None or self.pending.has(s.session_id):
             raise Conflict("the session is generating; cancel it or wait for it to finish")
         self._unpark(s)
-        num_new = self.inputs.append(s, cmd.text, cmd.messages)
+        tools = list(cmd.tools) if cmd.tools is not None else None
+        num_new = self.inputs.append(s, cmd.text, cmd.messages, tools)
         s.last_used = self.clock.tick
         self.outbox.resolve(
             cmd.reply,
@@ -158,7 +159,7 @@ class SessionApi:
             # The speculative prefill already produced this turn's logits.
             g = self.gens.begin(s, cmd.params, cmd.sink, cmd.t_arrival)
             self.outbox.resolve(cmd.reply, {"session_id": s.session_id})
-            self.gens.on_token(s, g.sampler.sample_logits(saved))
+            self.gens.on_sampled(s, g.sampler.sample_logits(saved), lambda: saved)
             return
         if not s.pending:
             if not s.tokens:

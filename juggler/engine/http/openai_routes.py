@@ -1,0 +1,217 @@
+"""The backend's OpenAI chat and completions routes: from a validated body to the
+prompt, the sampling of each choice (grammar, logprobs, seeds), the generations, and
+the answer (all at once, or streamed as chunks).
+
+Runs on the event loop. Each of the `n` choices is its own stateless generation, side by
+side in the batch (a request's choices share its prompt, and so its cached prefix).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import jinja2
+from fastapi import Request
+
+from juggler.api import openai as api
+from juggler.api import sse
+from juggler.engine.http import responses as shape
+from juggler.engine.http.choices import Choice, chat_logprobs, completion_logprobs, openai_finish
+from juggler.engine.http.requests import (
+    adapter_ref,
+    choice_params,
+    format_grammar,
+    sampling_params,
+)
+from juggler.engine.http.streaming import collect, merged, sse_response
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.runtime import Engine
+from juggler.engine.schedule.messages import AdapterRef
+from juggler.engine.schedule.stream import EventKind, RequestStats, StreamSink
+from juggler.engine.structured.tools import (
+    ToolCaps,
+    ToolPlan,
+    chat_messages,
+    tool_grammar,
+    tool_plan,
+)
+from juggler.errors import BadRequest
+
+
+async def start_choices(
+    engine: Engine,
+    prompt: list[int],
+    params: list[SamplingParams],
+    t0: float,
+    *,
+    stream: bool,
+    adapter: AdapterRef | None = None,
+) -> list[StreamSink]:
+    """One generation per choice (with the request's LoRA adapter, if any); if one
+    cannot start, those started are cancelled."""
+    if params[0].grammar is not None:
+        engine.model.check_grammar(params[0].grammar)
+    sinks: list[StreamSink] = []
+    try:
+        for p in params:
+            sinks.append(await engine.complete(prompt, p, t0, incremental=stream, adapter=adapter))
+    except BaseException:
+        for sink in sinks:
+            sink.cancel()
+        raise
+    return sinks
+
+
+def render(engine: Engine, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
+    try:
+        text = engine.render_chat(messages, tools)
+    except jinja2.TemplateError as exc:
+        raise BadRequest(
+            f"messages: the model's chat template refused them: {exc}", param="messages"
+        ) from None
+    return engine.tokenize_prompt(text)
+
+
+def chat_sampling(engine: Engine, body: api.ChatRequest, plan: ToolPlan | None) -> SamplingParams:
+    params = sampling_params(body, engine.config.flags.ctx_size, n_vocab=engine.model.n_vocab)
+    grammar = format_grammar(params, body.response_format, "response_format")
+    if plan is not None and plan.is_offered:
+        if grammar is not None:
+            raise BadRequest(
+                "tools: tools with response_format, grammar or json_schema are not supported; "
+                "use tool_choice none, or one of them",
+                param="tools",
+            )
+        grammar = tool_grammar(plan)
+    elif plan is not None and grammar is None:
+        grammar = tool_grammar(plan)  # "none": plain text
+    top = (body.top_logprobs or 0) if body.logprobs else None
+    return dataclasses.replace(params, grammar=grammar, top_logprobs=top)
+
+
+async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: Request) -> Any:
+    t0 = time.perf_counter()
+    engine.require_llm()
+    plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
+    messages, template_tools = chat_messages(body.messages, plan, caps)
+    prompt = render(engine, messages, template_tools)
+    params = chat_sampling(engine, body, plan)
+    n = body.num_choices
+    sinks = await start_choices(
+        engine,
+        prompt,
+        choice_params(params, n),
+        t0,
+        stream=body.stream,
+        adapter=adapter_ref(body.juggler_adapter),
+    )
+    name, piece = engine.config.model_name, engine.model.piece
+    rid = shape.new_id("chatcmpl")
+    wants_logprobs = params.top_logprobs is not None
+    if not body.stream:
+        finals = await collect(sinks, request)
+        out = []
+        for i, ev in enumerate(finals):
+            c = Choice(i, plan)
+            c.feed(ev)
+            out.append(
+                {
+                    "index": i,
+                    "message": c.message(),
+                    "logprobs": chat_logprobs(c.logprobs, piece) if wants_logprobs else None,
+                    "finish_reason": c.finish_reason(ev.finish_reason),
+                }
+            )
+        use = shape.choices_usage([ev.stats for ev in finals])
+        return shape.chat_response(rid, name, out, use)
+    created = int(time.time())
+    choices = [Choice(i, plan) for i in range(n)]
+
+    def chunk(c: Choice, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        lps = c.take_logprobs()
+        logprobs = chat_logprobs(lps, piece) if wants_logprobs and lps else None
+        return shape.chat_chunk(rid, name, created, delta, finish, index=c.index, logprobs=logprobs)
+
+    async def objects() -> AsyncIterator[Any]:
+        for c in choices:
+            yield chunk(c, {"role": "assistant", "content": ""})
+        stats: list[RequestStats | None] = [None] * n
+        async for i, ev in merged(sinks):
+            c = choices[i]
+            if ev.kind is EventKind.ERROR:
+                assert ev.error is not None
+                raise ev.error
+            for delta in c.feed(ev):
+                yield chunk(c, delta)
+            if ev.kind is EventKind.DONE:
+                stats[i] = ev.stats
+                yield chunk(c, {}, c.finish_reason(ev.finish_reason))
+        if body.include_usage:
+            use = shape.choices_usage(stats)
+            yield shape.usage_chunk(rid, name, created, "chat.completion.chunk", use)
+        yield sse.DONE
+
+    return sse_response(objects(), sinks)
+
+
+async def completions(engine: Engine, body: api.CompletionRequest, request: Request) -> Any:
+    t0 = time.perf_counter()
+    engine.require_llm()
+    prompt = engine.tokenize_prompt(body.prompt_text())
+    params = sampling_params(body, engine.config.flags.ctx_size, n_vocab=engine.model.n_vocab)
+    params = dataclasses.replace(params, top_logprobs=body.logprobs)
+    n = body.num_choices
+    sinks = await start_choices(
+        engine,
+        prompt,
+        choice_params(params, n),
+        t0,
+        stream=body.stream,
+        adapter=adapter_ref(body.juggler_adapter),
+    )
+    name, piece = engine.config.model_name, engine.model.piece
+    rid = shape.new_id("cmpl")
+    wants_logprobs = body.logprobs is not None
+    if not body.stream:
+        finals = await collect(sinks, request)
+        out = [
+            {
+                "index": i,
+                "text": ev.text,
+                "logprobs": completion_logprobs(ev.logprobs, piece) if wants_logprobs else None,
+                "finish_reason": openai_finish(ev.finish_reason),
+            }
+            for i, ev in enumerate(finals)
+        ]
+        use = shape.choices_usage([ev.stats for ev in finals])
+        return shape.completion_response(rid, name, out, use)
+    created = int(time.time())
+
+    async def objects() -> AsyncIterator[Any]:
+        stats: list[RequestStats | None] = [None] * n
+        offsets = [0] * n
+        async for i, ev in merged(sinks):
+            if ev.kind is EventKind.ERROR:
+                assert ev.error is not None
+                raise ev.error
+            done = ev.kind is EventKind.DONE
+            if ev.text or done or ev.logprobs:
+                logprobs = None
+                if wants_logprobs:
+                    logprobs = completion_logprobs(ev.logprobs, piece, offsets[i])
+                    offsets[i] += sum(len(t) for t in logprobs["tokens"])
+                finish = openai_finish(ev.finish_reason) if done else None
+                yield shape.completion_chunk(
+                    rid, name, created, ev.text, finish, index=i, logprobs=logprobs
+                )
+            if done:
+                stats[i] = ev.stats
+        if body.include_usage:
+            use = shape.choices_usage(stats)
+            yield shape.usage_chunk(rid, name, created, "text_completion", use)
+        yield sse.DONE
+
+    return sse_response(objects(), sinks)

@@ -1,0 +1,196 @@
+"""The backend's Responses API: create (at once or streamed with the API's events),
+retrieve, delete.
+
+A response is generated on an engine session (`response_store`): a new conversation
+opens one, and `previous_response_id` continues on the session that holds its
+conversation's KV, so only the new input is prefilled; usage reports the rest as
+`input_tokens_details.cached_tokens`. Runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+
+from juggler.api.openai import ChatMessage
+from juggler.api.responses import ResponsesRequest
+from juggler.engine.http.choices import Choice
+from juggler.engine.http.requests import adapter_ref
+from juggler.engine.http.response_shapes import EventNumbers, OutputItems, response_object
+from juggler.engine.http.response_store import ResponseStore, StoredResponse
+from juggler.engine.http.streaming import collect, merged, sse_response
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.runtime import Engine
+from juggler.engine.schedule.stream import EventKind, StreamEvent
+from juggler.engine.structured.grammar import json_object_grammar, schema_grammar
+from juggler.engine.structured.tools import (
+    ToolCaps,
+    ToolPlan,
+    chat_messages,
+    tool_grammar,
+    tool_plan,
+)
+from juggler.errors import BadRequest, render
+
+_DEFAULTS = SamplingParams()
+
+
+def sampling(engine: Engine, body: ResponsesRequest, plan: ToolPlan | None) -> SamplingParams:
+    d = _DEFAULTS
+    fmt = body.text.format if body.text is not None else None
+    grammar = None
+    if fmt is not None and fmt.type == "json_object":
+        grammar = json_object_grammar()
+    elif fmt is not None and fmt.type == "json_schema":
+        grammar = schema_grammar(fmt.schema_, param="text.format.schema")
+    if plan is not None and plan.is_offered:
+        if grammar is not None:
+            raise BadRequest("tools: tools with text.format are not supported", param="tools")
+        grammar = tool_grammar(plan)
+    elif plan is not None and grammar is None:
+        grammar = tool_grammar(plan)  # "none": plain text
+    if grammar is not None:
+        engine.model.check_grammar(grammar)
+    limit = body.max_output_tokens
+    return SamplingParams(
+        max_new_tokens=engine.config.flags.ctx_size if limit is None else limit,
+        temperature=d.temperature if body.temperature is None else body.temperature,
+        top_p=d.top_p if body.top_p is None else body.top_p,
+        grammar=grammar,
+    )
+
+
+def _assistant_turn(choice: Choice) -> ChatMessage:
+    calls = choice.calls
+    if calls:
+        return ChatMessage.model_validate({"role": "assistant", "tool_calls": calls})
+    return ChatMessage(role="assistant", content=choice.text)
+
+
+def _status(finish: str | None) -> str:
+    return "incomplete" if finish == "length" else "completed"
+
+
+async def create(
+    engine: Engine,
+    caps: ToolCaps,
+    store: ResponseStore,
+    body: ResponsesRequest,
+    request: Request,
+    response_id: str,
+) -> Any:
+    engine.require_llm()
+    created_at = int(time.time())
+    plan = tool_plan(body.chat_tools(), body.chat_tool_choice(), body.parallel_tool_calls, caps)
+    params = sampling(engine, body, plan)
+    prev = None
+    if body.previous_response_id is not None:
+        prev = store.get(body.previous_response_id, param="previous_response_id")
+    new = body.messages()
+    turns = [*(prev.turns if prev else []), *new]
+    system = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
+    tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
+    setup = json.dumps([body.instructions, tools])
+    sid = store.claim(prev, setup) if prev is not None else None
+    if sid is not None and prev is not None:
+        # The session holds everything up to `prev`: append only what follows it.
+        prior, _ = chat_messages([*system, *prev.turns], plan, caps)
+        full, template_tools = chat_messages([*system, *turns], plan, caps)
+        delta = full[len(prior) :]
+    else:
+        adapter = adapter_ref(body.juggler_adapter)
+        sid = str((await engine.create_session(adapter))["session_id"])
+        delta, template_tools = chat_messages([*system, *turns], plan, caps)
+    try:
+        await engine.append_input(sid, messages=delta, tools=template_tools)
+        sink = await engine.generate(sid, params)
+    except BaseException:
+        store.end_later(sid)
+        raise
+    name = engine.config.model_name
+    choice = Choice(0, plan)
+
+    def finish(ev: StreamEvent, output: list[dict[str, Any]]) -> dict[str, Any]:
+        obj = response_object(
+            response_id,
+            name,
+            body,
+            created_at=created_at,
+            status=_status(ev.finish_reason),
+            output=output,
+            stats=ev.stats,
+        )
+        if body.store:
+            answer = _assistant_turn(choice)
+            store.put(StoredResponse(response_id, obj, [*turns, answer], setup, sid))
+        else:
+            store.end_later(sid)
+        return obj
+
+    if not body.stream:
+        try:
+            (ev,) = await collect([sink], request)
+        except BaseException:
+            store.end_later(sid)
+            raise
+        items = OutputItems()
+        assert choice.tools is not None
+        items.feed(choice.tools.feed(ev.text))
+        items.close(_status(ev.finish_reason))
+        return finish(ev, items.items)
+    return sse_response(
+        _events(choice, sink, finish, store, sid, body, response_id, name, created_at), [sink]
+    )
+
+
+async def _events(
+    choice: Choice,
+    sink: Any,
+    finish: Any,
+    store: ResponseStore,
+    sid: str,
+    body: ResponsesRequest,
+    response_id: str,
+    name: str,
+    created_at: int,
+) -> AsyncIterator[bytes]:
+    numbers, items = EventNumbers(), OutputItems()
+    start = response_object(
+        response_id, name, body, created_at=created_at, status="in_progress", output=[]
+    )
+    yield numbers.frame({"type": "response.created", "response": start})
+    yield numbers.frame({"type": "response.in_progress", "response": start})
+    done = False
+    try:
+        async for _, ev in merged([sink]):
+            assert choice.tools is not None
+            for event in items.feed(choice.tools.feed(ev.text) if ev.text else []):
+                yield numbers.frame(event)
+            if ev.kind is EventKind.ERROR:
+                assert ev.error is not None
+                failed = response_object(
+                    response_id,
+                    name,
+                    body,
+                    created_at=created_at,
+                    status="failed",
+                    output=items.items,
+                    error=render(ev.error)["error"],
+                )
+                yield numbers.frame({"type": "response.failed", "response": failed})
+                return
+            if ev.kind is EventKind.DONE:
+                status = _status(ev.finish_reason)
+                for event in items.close(status):
+                    yield numbers.frame(event)
+                obj = finish(ev, items.items)
+                done = True
+                kind = "response.completed" if status == "completed" else "response.incomplete"
+                yield numbers.frame({"type": kind, "response": obj})
+    finally:
+        if not done:
+            store.end_later(sid)

@@ -1,0 +1,219 @@
+"""One generation's `llama_sampler` chains, over llama-cpp-python's ctypes bindings
+(`ports.TokenSampler`), and llama.cpp's grammar check.
+
+Two chains: `pre` changes the logits (logit bias, repetition penalties, OpenAI's
+frequency and presence penalties) and `post` draws from them (top_k, top_p, min_p,
+temperature, then a seeded draw, or greedy at temperature 0). Without a grammar both run
+inside one `llama_sampler_sample` call, in C.
+
+With a grammar (response_format, tools, `grammar`), a constrained sequence pays only its
+own sampling, as llama.cpp's common sampler does: draw as usual, then check that one
+token against the grammar (microseconds). Only when the grammar rejects it is the draw
+made again over the tokens the grammar allows: first among those whose logit is close to
+the best (enough when top_k or greedy decide anyway), else over the whole vocabulary
+(milliseconds for a 50k vocabulary). A token is only ever accepted by the grammar after the grammar allowed
+it (llama.cpp aborts the process otherwise); when it allows nothing at all (it is
+complete and end-of-generation is banned), an end-of-generation token ends the output.
+
+Owned by the worker thread of the context it samples from.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any, cast
+
+import llama_cpp.llama_cpp as C
+import numpy as np
+
+from juggler.engine.llama.native_context import Context
+from juggler.engine.llama.ports import LlamaContext, Logits
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.errors import BadRequest, EngineError
+
+#: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+#: When a drawn token breaks the grammar, the redraw first looks among the tokens whose
+#: logit is within this much of the best (e^-8: a 3000 times less likely token), then
+#: twice as far, before the whole vocabulary (see the module doc).
+_MARGINS = (8.0, 16.0)
+
+
+def parse_grammar(vocab: Any, grammar: str) -> Any:
+    """A grammar sampler for `grammar` (GBNF, start rule `root`); BadRequest when
+    llama.cpp cannot parse it (its reason goes to the backend's log)."""
+    ptr = C.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+    if not ptr:
+        raise BadRequest(
+            "grammar: llama.cpp could not parse this GBNF grammar (start rule: root)",
+            param="grammar",
+        )
+    return ptr
+
+
+def check_grammar(vocab: Any, grammar: str) -> None:
+    C.llama_sampler_free(parse_grammar(vocab, grammar))
+
+
+class _Candidates:
+    """A `llama_token_data_array` over a numpy buffer (ids, logits)."""
+
+    def __init__(self, ids: Any, logits: Any) -> None:
+        n = int(ids.shape[0])
+        self.data = (C.llama_token_data * n)()
+        self.view = np.frombuffer(memoryview(self.data).cast("B"), dtype=_TOKEN_DATA)
+        self.view["id"] = ids
+        self.view["logit"] = logits
+        self.view["p"] = 0.0
+        self.arr = C.llama_token_data_array(data=self.data, size=n, selected=-1, sorted=False)
+
+    def apply(self, sampler: Any) -> None:
+        C.llama_sampler_apply(sampler, ctypes.byref(self.arr))
+
+    def num_allowed(self) -> int:
+        return int(np.isfinite(self.view["logit"][: self.arr.size]).sum())
+
+    def selected(self) -> int:
+        if not 0 <= self.arr.selected < self.arr.size:
+            raise EngineError("the sampler chain selected no token")
+        return int(self.arr.data[self.arr.selected].id)
+
+
+def _chain() -> Any:
+    return C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+
+
+class Sampler:
+    """The sampler chains of one generation on one worker thread (see the module doc)."""
+
+    def __init__(
+        self,
+        vocab: Any,
+        n_vocab: int,
+        ctx: LlamaContext,
+        params: SamplingParams,
+        banned: Sequence[int],
+        eog: int,
+    ) -> None:
+        self.ctx_ptr: Any = cast(Context, ctx).ptr
+        self.n_vocab = n_vocab
+        self.eog = eog
+        self.grammar: Any = parse_grammar(vocab, params.grammar) if params.grammar else None
+        self.pre, self.post = _chain(), _chain()
+        self._fill_pre(params, banned)
+        self._fill_post(params)
+        #: How many best candidates a redraw needs to be exact (None: all of them).
+        self.need: int | None = 1 if params.temperature <= 0.0 else (params.top_k or None)
+        # One chain owning both (a chain is a sampler), for the unconstrained fast path.
+        self.ptr: Any = _chain()
+        C.llama_sampler_chain_add(self.ptr, self.pre)
+        C.llama_sampler_chain_add(self.ptr, self.post)
+
+    def _fill_pre(self, p: SamplingParams, banned: Sequence[int]) -> None:
+        biases = [(t, float("-inf")) for t in banned] + list(p.logit_bias)
+        if biases:
+            arr = (C.llama_logit_bias * len(biases))()
+            for i, (tok, bias) in enumerate(biases):
+                arr[i].token = tok  # type: ignore[assignment]
+                arr[i].bias = bias
+            add = C.llama_sampler_init_logit_bias(self.n_vocab, len(biases), arr)
+            C.llama_sampler_chain_add(self.pre, add)
+        if p.repeat_penalty != 1.0:
+            C.llama_sampler_chain_add(
+                self.pre,
+                C.llama_sampler_init_penalties(
+                    self.n_vocab, p.penalty_last_n, p.repeat_penalty, 0.0, 0.0
+                ),
+            )
+        if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+            # OpenAI's penalties count every token generated so far, not a recent window.
+            window = max(1, p.max_new_tokens)
+            C.llama_sampler_chain_add(
+                self.pre,
+                C.llama_sampler_init_penalties(
+                    self.n_vocab, window, 1.0, p.frequency_penalty, p.presence_penalty
+                ),
+            )
+
+    def _fill_post(self, p: SamplingParams) -> None:
+        if p.temperature <= 0.0:
+            C.llama_sampler_chain_add(self.post, C.llama_sampler_init_greedy())
+            return
+        if p.top_k > 0:
+            C.llama_sampler_chain_add(self.post, C.llama_sampler_init_top_k(p.top_k))
+        if 0.0 < p.top_p < 1.0:
+            C.llama_sampler_chain_add(self.post, C.llama_sampler_init_top_p(p.top_p, 1))
+        if p.min_p > 0.0:
+            C.llama_sampler_chain_add(self.post, C.llama_sampler_init_min_p(p.min_p, 1))
+        C.llama_sampler_chain_add(self.post, C.llama_sampler_init_temp(p.temperature))
+        seed = p.resolved_seed() & 0xFFFFFFFF
+        C.llama_sampler_chain_add(self.post, C.llama_sampler_init_dist(seed))
+
+    # -- sampling ---------------------------------------------------------------------
+    def sample(self, row: int) -> int:
+        """Sample (and accept) a token from the logits of batch row `row`."""
+        if self.grammar is None:
+            return int(C.llama_sampler_sample(self.ptr, self.ctx_ptr, row))
+        ptr = C.llama_get_logits_ith(self.ctx_ptr, row)
+        if not ptr:
+            raise EngineError(f"llama.cpp returned no logits for batch row {row}")
+        return self._constrained(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)))
+
+    def sample_logits(self, logits: Logits) -> int:
+        """Sample (and accept) a token from saved logits, as `sample` does from a row."""
+        if self.grammar is not None:
+            return self._constrained(logits)
+        cand = _Candidates(np.arange(logits.shape[0], dtype=np.int32), logits)
+        cand.apply(self.ptr)
+        token = cand.selected()
+        C.llama_sampler_accept(self.ptr, token)
+        return token
+
+    def _allows(self, token: int) -> bool:
+        one = _Candidates(np.array([token], dtype=np.int32), np.zeros(1, dtype=np.float32))
+        one.apply(self.grammar)
+        return bool(np.isfinite(one.view["logit"][0]))
+
+    def _constrained(self, logits: Any) -> int:
+        ids = np.arange(self.n_vocab, dtype=np.int32)
+        cand = _Candidates(ids, logits)
+        cand.apply(self.pre)
+        biased = cand.view["logit"].copy()  # `post` reorders the array in place
+        cand.apply(self.post)
+        token = cand.selected()
+        if not self._allows(token):
+            redrawn = self._redraw(ids, biased)
+            if redrawn is None:  # the grammar allows nothing: end the output
+                return self.eog
+            token = redrawn
+        C.llama_sampler_accept(self.grammar, token)
+        C.llama_sampler_accept(self.ptr, token)
+        return token
+
+    def _redraw(self, ids: Any, biased: Any) -> int | None:
+        """Draw again among the tokens the grammar allows (None: it allows none)."""
+        top = float(biased.max()) if self.need is not None else 0.0
+        for margin in _MARGINS if self.need is not None and np.isfinite(top) else ():
+            best = np.flatnonzero(biased >= top - margin)
+            few = _Candidates(ids[best], biased[best])
+            few.apply(self.grammar)
+            if self.need is not None and few.num_allowed() >= self.need:
+                # Every allowed token outside these has a lower logit than all of them,
+                # so greedy or top_k picks the same tokens as over the whole vocabulary.
+                few.apply(self.post)
+                return few.selected()
+        cand = _Candidates(ids, biased)
+        cand.apply(self.grammar)
+        if cand.num_allowed() == 0:
+            return None
+        cand.apply(self.post)
+        return cand.selected()
+
+    def close(self) -> None:
+        if self.ptr:
+            C.llama_sampler_free(self.ptr)  # frees `pre` and `post` with it
+            self.ptr = None
+        if self.grammar:
+            C.llama_sampler_free(self.grammar)
+            self.grammar = None

@@ -1,0 +1,1 @@
+"""Structured output: JSON-schema and GBNF grammars, tool calls (prompt, grammar, parser)."""

@@ -1,0 +1,58 @@
+"""The backend's stored responses: which session a continuation may take (only the head
+of its conversation, once), and sessions ended when nobody heads them any more."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from juggler.engine.http.response_store import ResponseStore, StoredResponse
+from juggler.errors import ResponseNotFound
+
+
+def stored(rid: str, session: str | None, setup: str = "s") -> StoredResponse:
+    return StoredResponse(rid, {"id": rid}, [], setup, session)
+
+
+def test_only_the_head_of_a_session_continues_on_it_and_only_once() -> None:
+    async def go() -> None:
+        ended: list[str] = []
+
+        async def end(sid: str) -> None:
+            ended.append(sid)
+
+        store = ResponseStore(end)
+        first = stored("r1", "S")
+        store.put(first)
+        assert store.claim(first, "other setup") is None, "another prompt setup: start anew"
+        assert store.claim(first, "s") == "S"
+        assert store.claim(first, "s") is None, "a head is claimed once"
+        store.put(stored("r2", "S"))
+        assert store.claim(store.get("r1"), "s") is None, "r1 is no longer the head"
+        assert ended == []
+
+    asyncio.run(go())
+
+
+def test_deleting_or_forgetting_a_head_ends_its_session() -> None:
+    async def go() -> None:
+        ended: list[str] = []
+
+        async def end(sid: str) -> None:
+            ended.append(sid)
+
+        store = ResponseStore(end, capacity=2)
+        store.put(stored("r1", "A"))
+        store.put(stored("r2", "B"))
+        store.delete("r1")
+        with pytest.raises(ResponseNotFound):
+            store.get("r1")
+        store.put(stored("r3", "C"))
+        store.put(stored("r4", "D"))  # over capacity: r2 goes, and session B with it
+        await asyncio.sleep(0)
+        assert sorted(ended) == ["A", "B"] and len(store) == 2
+        with pytest.raises(ResponseNotFound):
+            store.delete("r2")
+
+    asyncio.run(go())
