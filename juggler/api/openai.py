@@ -230,7 +230,8 @@ class CompletionRequest(GenerationBody):
 class EmbeddingRequest(_Body):
     input: str | list[str]
     model: StrictStr | None = None
-    encoding_format: Literal["float"] | None = None
+    #: "base64": little-endian float32 vectors, base64-encoded (the router encodes them).
+    encoding_format: Literal["float", "base64"] | None = None
 
     def texts(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else list(self.input)
@@ -263,3 +264,20 @@ class SessionInput(_Body):
 
 class SessionGenerate(SamplingBody):
     max_new_tokens: int | None = Field(default=None, ge=1)
+
+
+class TokenizeRequest(BaseModel):
+    """llama.cpp server's /tokenize body (Lemonade routes it to the model's backend)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr | None = None
+    content: StrictStr
+    add_special: StrictBool = True
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr | None = None
+    tokens: list[int] = Field(max_length=1 << 20)

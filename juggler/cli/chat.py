@@ -144,7 +144,7 @@ class ChatSession:
         self.messages.append(turn)
         answer = Answer()
         try:
-            for event in self.client.stream(self._path("generate"), generate_body(options)):
+            for _, event in self.client.events(self._path("generate"), generate_body(options)):
                 if "error" in event:
                     err = event["error"]
                     raise ServerError(502, str(err.get("message", err)), err.get("code"))

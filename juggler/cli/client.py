@@ -48,20 +48,24 @@ class Client:
     def delete(self, path: str) -> Any:
         return self._check(self.http.delete(path))
 
-    def stream(self, path: str, body: dict[str, Any]) -> Iterator[Any]:
-        """POST and yield each server-sent event's data (parsed JSON) up to `[DONE]`.
-        Blocks while the server is silent; raises ServerError for an error answer."""
+    def events(self, path: str, body: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+        """POST and read the answer's server-sent events as (event name, parsed data), up
+        to OpenAI's `[DONE]`. Blocks while the server is silent; raises ServerError for an
+        error answer."""
         with self.http.stream("POST", path, json=body) as response:
             if response.status_code >= 400:
                 response.read()
                 self._check(response)
+            name = "message"
             for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    return
-                yield json.loads(payload)
+                if line.startswith("event:"):
+                    name = line.removeprefix("event:").strip()
+                elif line.startswith("data:"):
+                    payload = line.removeprefix("data:").strip()
+                    if payload == "[DONE]":
+                        return
+                    yield name, json.loads(payload)
+                    name = "message"
 
     def post(self, path: str, body: dict[str, Any], *, admin: bool = False) -> Any:
         headers = {}

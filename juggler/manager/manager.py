@@ -76,8 +76,11 @@ class Manager:
         memory_source: MemorySource | None = None,
         monitor_interval_s: float = INTERVAL_S,
         logbook: LogBook | None = None,
+        saved_options: Callable[[str], Mapping[str, Any]] | None = None,
     ) -> None:
         self.settings = settings
+        #: A model's saved load options (Lemonade's save_options), under a load's own.
+        self._saved = saved_options or (lambda name: {})
         self.registry = registry
         self._resolve = resolve
         self._spawner: Spawner = spawner or ProcessSpawner(logbook)
@@ -143,7 +146,8 @@ class Manager:
         LoadFailed, SlotsPinned."""
         lease: Lease | None = await self._ask(lambda f: m.Acquire(model_name, None, f))
         if lease is None:
-            plan = await self._prepare(model_name, self.settings.model_options())
+            saved = dict(self._saved(model_name))
+            plan = await self._prepare(model_name, self.settings.model_options(saved or None))
             lease = await self._ask(lambda f: m.Acquire(model_name, plan, f))
         assert lease is not None
         return lease
@@ -163,13 +167,18 @@ class Manager:
         pinned: bool | None = None,
     ) -> ServerSnapshot:
         """Explicit /load. `overrides` are the body's per-model options (None values: not
-        given), merged over the settings (seed 000's priority order) and checked before
+        given), merged over the model's saved options and then the settings (Lemonade's
+        priority order: load body > saved options > CLI/env/config) and checked before
         anything is queued: a bad one raises BadRequest and evicts nothing. Same model
         with the same launch options: no-op that refreshes its last use (and applies
         `pinned` if given); other options: reload. Blocks until the model is ready.
         Raises as `acquire` does."""
-        given = overrides if isinstance(overrides, BaseModel | None) else dict(overrides)
-        options = self.settings.model_options(given)
+        given = (
+            overrides.model_dump() if isinstance(overrides, BaseModel) else dict(overrides or {})
+        )
+        merged = dict(self._saved(model_name))
+        merged.update({k: v for k, v in given.items() if v is not None})
+        options = self.settings.model_options(merged or None)
         plan = await self._prepare(model_name, options)
         snapshot: ServerSnapshot = await self._ask(lambda f: m.Load(plan, pinned, f))
         return snapshot

@@ -22,9 +22,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from juggler.options import EngineFlags, parse_llamacpp_args
-from juggler.router.admin_routes import is_admin
 from juggler.router.bodies import parse
 from juggler.router.deps import state_of
+from juggler.router.model_routes import is_admin
 from juggler.router.openapi import body_of
 
 router = APIRouter()

@@ -125,14 +125,16 @@ class AuthMiddleware:
 
 
 class BodyLimitMiddleware:
-    """Refuse request bodies over `max_bytes` with 413, by Content-Length or by counting."""
+    """Refuse request bodies over `max_bytes` with 413, by Content-Length or by counting.
+    Paths under `unlimited` (file uploads, which stream to disk) are not limited."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int, unlimited: tuple[str, ...] = ()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.unlimited = unlimited
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"].startswith(self.unlimited):
             await self.app(scope, receive, send)
             return
         too_large = PayloadTooLarge(f"request body is larger than {self.max_bytes} bytes")

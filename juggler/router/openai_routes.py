@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
-import time
+import base64
+import json
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 
-from juggler.api.openai import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from juggler.api.openai import (
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    TokenizeRequest,
+)
 from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
 from juggler.router.bodies import parse_for_model
+from juggler.router.catalog_view import STARTED, model_entry
 from juggler.router.deps import state_of
 from juggler.router.openapi import body_of
-from juggler.types import ModelInfo
 
 router = APIRouter()
-_STARTED = int(time.time())
-
-
-def model_entry(info: ModelInfo) -> dict[str, Any]:
-    """One model in Lemonade's /models shape (a superset of OpenAI's)."""
-    return {
-        "id": info.name,
-        "object": "model",
-        "created": _STARTED,
-        "owned_by": "juggler",
-        "checkpoint": info.checkpoint,
-        "recipe": info.recipe,
-        "labels": list(info.labels),
-        "type": info.type.value,
-        "downloaded": is_available(info),
-        "suggested": info.suggested,
-    }
 
 
 def adapter_entry(info: AdapterInfo) -> dict[str, Any]:
@@ -40,7 +33,7 @@ def adapter_entry(info: AdapterInfo) -> dict[str, Any]:
     return {
         "id": info.adapter_id,
         "object": "model",
-        "created": _STARTED,
+        "created": STARTED,
         "owned_by": "juggler",
         "parent": info.base_model,
         "root": info.path,
@@ -54,9 +47,16 @@ def adapter_entry(info: AdapterInfo) -> dict[str, Any]:
 
 
 @router.get("/models")
-async def list_models(request: Request) -> dict[str, Any]:
+async def list_models(request: Request, show_all: str = "false") -> dict[str, Any]:
+    """Lemonade: downloaded models only (as OpenAI's list), every catalog model with
+    `show_all=true`; then the LoRA adapters."""
     state = state_of(request)
-    models = [model_entry(m) for m in state.registry.list()]
+    everything = show_all.lower() in ("true", "1", "yes")
+    models = [
+        model_entry(m, state.pins.saved_options(m.name))
+        for m in state.registry.list()
+        if everything or is_available(m)
+    ]
     adapters = [adapter_entry(a) for a in state.adapters.book.list()]
     return {"object": "list", "data": models + adapters}
 
@@ -67,7 +67,8 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     adapter = state.adapters.book.get(model_id)
     if adapter is not None and state.registry.find(model_id) is None:
         return adapter_entry(adapter)
-    return model_entry(state.registry.get(model_id))
+    info = state.registry.get(model_id)
+    return model_entry(info, state.pins.saved_options(info.name))
 
 
 async def _generate(
@@ -101,7 +102,19 @@ async def completions(request: Request) -> Response:
 @router.post("/embeddings", openapi_extra=body_of(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
     model, raw = await parse_for_model(request, EmbeddingRequest)
-    return await state_of(request).proxy.forward(model, "/v1/embeddings", raw)
+    if raw.get("encoding_format") != "base64":
+        return await state_of(request).proxy.forward(model, "/v1/embeddings", raw)
+    response = await state_of(request).proxy.forward(
+        model, "/v1/embeddings", {**raw, "encoding_format": "float"}
+    )
+    if response.status_code != 200:
+        return response
+    data = json.loads(bytes(response.body))
+    for item in data.get("data", []):
+        item["embedding"] = base64.b64encode(
+            np.asarray(item["embedding"], dtype="<f4").tobytes()
+        ).decode()
+    return JSONResponse(data)
 
 
 @router.post("/rerank", openapi_extra=body_of(RerankRequest))
@@ -109,3 +122,17 @@ async def embeddings(request: Request) -> Response:
 async def rerank(request: Request) -> Response:
     model, raw = await parse_for_model(request, RerankRequest)
     return await state_of(request).proxy.forward(model, "/v1/rerank", raw)
+
+
+@router.post("/tokenize", openapi_extra=body_of(TokenizeRequest))
+async def tokenize(request: Request) -> Response:
+    """llama.cpp's tokenize: {model, content, add_special?} -> {tokens}."""
+    model, raw = await parse_for_model(request, TokenizeRequest)
+    return await state_of(request).proxy.forward(model, "/tokenize", raw)
+
+
+@router.post("/detokenize", openapi_extra=body_of(DetokenizeRequest))
+async def detokenize(request: Request) -> Response:
+    """llama.cpp's detokenize: {model, tokens} -> {content}."""
+    model, raw = await parse_for_model(request, DetokenizeRequest)
+    return await state_of(request).proxy.forward(model, "/detokenize", raw)

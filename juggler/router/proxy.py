@@ -226,6 +226,10 @@ class Proxy:
             self._relays.discard(relay)
             lease.release()
 
+    def streaming_models(self) -> set[str]:
+        """Models with a stream being relayed now (health's `is_streaming`)."""
+        return {relay.model for relay in self._relays}
+
     def _cut_all(self) -> None:
         for relay in list(self._relays):
             relay.cut(Overloaded(SHUTTING_DOWN))

@@ -207,7 +207,7 @@ def test_the_limit_queues_the_extra_adapter_and_the_lora_series_shows_it(
             except BaseException as exc:  # shown by the assertion below
                 got[name] = f"failed: {exc!r}"
 
-        running = threading.Thread(target=run, args=("a", 300), kwargs={"ignore_eos": True})
+        running = threading.Thread(target=run, args=("a", 160), kwargs={"ignore_eos": True})
         running.start()
         until(lambda: lora_info(c)["running_lora_adapters"] == "a", 30)
         waiter = threading.Thread(target=run, args=("b", 12))

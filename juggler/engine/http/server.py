@@ -193,6 +193,22 @@ def create_app(engine: Engine) -> FastAPI:
     async def session_end(session_id: str) -> dict[str, Any]:
         return await engine.end_session(session_id)
 
+    # -- tokens (llama.cpp server's /tokenize and /detokenize) -----------------------
+    @app.post("/tokenize")
+    async def tokenize(body: api.TokenizeRequest) -> dict[str, Any]:
+        return {"tokens": engine.model.tokenize(body.content, add_special=body.add_special)}
+
+    @app.post("/detokenize")
+    async def detokenize(body: api.DetokenizeRequest) -> dict[str, Any]:
+        n_vocab = engine.model.n_vocab
+        bad = next((t for t in body.tokens if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise BadRequest(
+                f"token {bad} is outside the vocabulary (0..{n_vocab - 1})", param="tokens"
+            )
+        text = b"".join(engine.model.piece(t) for t in body.tokens)
+        return {"content": text.decode("utf-8", errors="replace")}
+
     # -- embeddings / reranking ------------------------------------------------------
     @app.post("/v1/embeddings")
     async def embeddings(body: api.EmbeddingRequest) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from juggler.engine.cache.prefix_cache import Reuse
 from juggler.engine.schedule.messages import (
+    AdapterRef,
     AppendInput,
     Cancel,
     Complete,
@@ -265,10 +266,16 @@ class SessionApi:
             except JugglerError as exc:
                 self.outbox.reject(cmd.reply, exc)
 
-    def _timed_out(self) -> TooManyRequests:
+    def _timed_out(self, adapter: AdapterRef | None = None) -> TooManyRequests:
+        if adapter is not None and not self.adapters.is_loaded(adapter):
+            what = (
+                f"LoRA adapter {adapter.adapter_id!r} could not be loaded (all "
+                f"{self.adapters.max_active} adapter slots were in use)"
+            )
+        else:
+            what = "no sequence of this backend was free"
         return TooManyRequests(
-            f"no sequence of this backend was free for {self.queue_timeout_s:.0f} s; retry later",
-            retry_after_s=5,
+            f"{what} for {self.queue_timeout_s:.0f} s; retry later", retry_after_s=5
         )
 
     def _check_room_to_wait(self) -> None:
@@ -295,7 +302,7 @@ class SessionApi:
                 self.outbox.reject(cmd.reply, JugglerError("the client went away"))
                 self.notify(RequestDone(cmd.request_id, self.worker_id))
             elif now - self._enqueued_at.get(cmd.request_id, now) > self.queue_timeout_s:
-                self.refuse_stateless(cmd, self._timed_out())
+                self.refuse_stateless(cmd, self._timed_out(cmd.adapter))
             else:
                 kept.append(cmd)
                 continue
