@@ -1,8 +1,8 @@
 """`juggler`: serve, configure, and drive a running server (pull, list, delete, load,
 unload, pin, ps).
 
-The commands live in one module per group (serve, config_cmd, models, residency_cmd);
-importing them registers them on the Typer app in `common`.
+The commands live in one module per group (serve, config_cmd, models, residency_cmd,
+run_cmd); importing them registers them on the Typer app in `common`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from juggler.cli import (  # noqa: F401  (they register commands)
     config_cmd,
     models,
     residency_cmd,
+    run_cmd,
     serve,
 )
 from juggler.cli.common import app

@@ -17,7 +17,16 @@ from rich.live import Live
 from rich.table import Table
 
 from juggler.cli.client import Client, ServerError
-from juggler.cli.common import HostOpt, PortOpt, app, call, connect, err, out
+from juggler.cli.common import (
+    HostOpt,
+    PortOpt,
+    app,
+    call,
+    call_with_spinner,
+    connect,
+    err,
+    out,
+)
 
 
 def pinned_slots_warning(health: dict[str, Any], model_type: str, model_name: str) -> str | None:
@@ -75,7 +84,7 @@ def load(
     ):
         if value is not None:
             body[key] = value
-    result = call(client.post, "/api/v1/load", body)
+    result = call_with_spinner(f"loading {model_name} ...", client.post, "/api/v1/load", body)
     out.print(result.get("message", result))
 
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from juggler.config import Settings, parse_max_loaded_models
 from juggler.errors import BadRequest, JugglerError
+from juggler.logbook import LogBook
 from juggler.manager import messages as m
 from juggler.manager.lease import Lease
 from juggler.manager.memory import MemorySource, choose_source
@@ -61,7 +62,8 @@ PROBE_WAIT_S = 5.0
 class Manager:
     """Model residency for one router process. Create it, `await start()`, and
     `await stop()` at shutdown (it ends every backend process it started). `spawner`
-    starts backends (default: child processes; tests pass a fake)."""
+    starts backends (default: child processes, their output also written to `logbook`;
+    tests pass a fake)."""
 
     def __init__(
         self,
@@ -73,6 +75,7 @@ class Manager:
         log_dir: Path | None = None,
         memory_source: MemorySource | None = None,
         monitor_interval_s: float = INTERVAL_S,
+        logbook: LogBook | None = None,
         saved_options: Callable[[str], Mapping[str, Any]] | None = None,
     ) -> None:
         self.settings = settings
@@ -80,7 +83,7 @@ class Manager:
         self._saved = saved_options or (lambda name: {})
         self.registry = registry
         self._resolve = resolve
-        self._spawner: Spawner = spawner or ProcessSpawner()
+        self._spawner: Spawner = spawner or ProcessSpawner(logbook)
         #: Where memory pressure is read (chosen at start unless given).
         self.memory_source = memory_source
         self._monitor_interval_s = monitor_interval_s

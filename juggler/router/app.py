@@ -23,6 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from juggler import __version__
 from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
+from juggler.logbook import LogBook, RingHandler
 from juggler.manager.manager import Manager
 from juggler.registry.adapters import AdapterBook
 from juggler.registry.catalog import Registry
@@ -30,6 +31,7 @@ from juggler.router import (
     adapter_routes,
     admin_routes,
     config_routes,
+    logs_route,
     memory_routes,
     metrics_route,
     model_routes,
@@ -40,6 +42,7 @@ from juggler.router import (
     responses,
     sessions,
     system_routes,
+    ui_routes,
 )
 from juggler.router.adapters import Adapters
 from juggler.router.deps import RouterState
@@ -57,6 +60,8 @@ from juggler.router.proxy import ClientGone, Proxy
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")
+#: Loggers whose records the dashboard's Logs page shows as `router` (not the access log).
+LOGGERS = ("juggler", "uvicorn.error")
 
 
 async def _warm_up(manager: Manager, name: str | None, pins: PinBook) -> None:
@@ -99,8 +104,12 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        logs = LogBook()
+        handler = RingHandler(logs)
+        for name in LOGGERS:
+            logging.getLogger(name).addHandler(handler)
         pins = PinBook(juggler_home() / "pins.json")
-        manager = Manager(settings, registry, saved_options=pins.saved_options)
+        manager = Manager(settings, registry, saved_options=pins.saved_options, logbook=logs)
         await manager.start()
         proxy = Proxy(
             manager,
@@ -111,7 +120,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         figures = FiguresPoller(manager.snapshot, proxy.client)
         figures.start()
         adapters = Adapters(settings, registry, AdapterBook())
-        app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures, adapters)
+        app.state.juggler = RouterState(
+            settings, registry, manager, proxy, pins, figures, adapters, logs=logs
+        )
         warmup = asyncio.create_task(_warm_up(manager, settings.model, pins))
         try:
             yield
@@ -123,6 +134,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             await figures.stop()
             await proxy.aclose()
             await manager.stop()
+            for name in LOGGERS:
+                logging.getLogger(name).removeHandler(handler)
 
     app = FastAPI(title="Juggler", version=__version__, lifespan=lifespan)
     app.state.drain = drain
@@ -134,6 +147,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(sessions.router, prefix=prefix)
         app.include_router(responses.router, prefix=prefix)
         app.include_router(adapter_routes.compat, prefix=prefix)
+        app.include_router(logs_route.router, prefix=prefix)
     app.include_router(adapter_routes.router)
     app.include_router(admin_routes.internal)
     app.include_router(config_routes.internal)
@@ -143,6 +157,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     app.include_router(ollama_routes.router)
     app.include_router(ollama_models.router)
     app.include_router(ollama_create.router)
+    app.include_router(ui_routes.router)
 
     @app.get("/live")
     async def live() -> dict[str, str]:

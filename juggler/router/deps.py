@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from juggler.config import Settings
+from juggler.logbook import LogBook
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
 from juggler.router.adapters import Adapters
@@ -26,6 +27,7 @@ class RouterState:
     pins: PinBook
     figures: FiguresPoller
     adapters: Adapters
+    logs: LogBook = field(default_factory=LogBook)
     sessions: SessionTable = field(default_factory=lambda: SessionTable())
     responses: ResponseTable = field(default_factory=lambda: ResponseTable())
 
