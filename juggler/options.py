@@ -231,6 +231,26 @@ class EngineFlags(BaseModel):
         json_schema_extra=_unit("tokens"),
     )
 
+    speculative: Literal["on", "off"] = Field(
+        "on",
+        description="Prompt-lookup speculative decoding by default (a request's `speculative` "
+        "overrides it); greedy and sampled output are the same either way.",
+    )
+    spec_draft_max: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Most draft tokens one sequence verifies in one decode.",
+        json_schema_extra=_unit("tokens"),
+    )
+    max_active_adapters: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="LoRA adapters a worker keeps loaded at once (seed 004's MaxActiveAdapter); "
+        "a request needing one more waits.",
+        json_schema_extra=_unit("adapters"),
+    )
     park_memory_mb: int = Field(
         1024,
         ge=0,

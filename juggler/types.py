@@ -84,6 +84,8 @@ class ModelInfo:
     labels: tuple[str, ...] = ()
     size_gb: float | None = None
     suggested: bool = True
+    #: The longest context the model was trained for (tokens), when known.
+    max_context_window: int | None = None
     #: For the `command` recipe: the launch template, health path and device.
     command: str | None = None
     health_path: str = "/health"

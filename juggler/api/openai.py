@@ -11,12 +11,15 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Field,
     StrictBool,
     StrictStr,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from juggler.api.structured import ResponseFormat, Strict, Tool, ToolCall, ToolChoice
 from juggler.errors import BadRequest
@@ -29,6 +32,20 @@ MAX_LOGIT_BIAS = 1024
 
 class _Body(Strict):
     pass
+
+
+class AdapterSpec(BaseModel):
+    """The LoRA adapter a request runs with, as the router tells its backend (clients
+    name an adapter as the model; the router refuses this field from them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: StrictStr = Field(min_length=1)
+    path: StrictStr = Field(min_length=1)
+
+
+#: The body field that carries `AdapterSpec` from the router to a backend.
+ADAPTER_FIELD = "juggler_adapter"
 
 
 class StreamOptions(_Body):
@@ -103,6 +120,11 @@ class SamplingBody(_Body):
     #: llama.cpp server's extensions: a GBNF grammar, or a JSON schema, for the output.
     grammar: StrictStr | None = None
     json_schema: dict[str, Any] | None = None
+    #: Juggler's extension: prompt-lookup speculative decoding on or off for this request
+    #: (the output is the same either way; default: the model's `--speculative`).
+    speculative: StrictBool | None = None
+    #: Router -> backend only (hidden from the router's OpenAPI document).
+    juggler_adapter: SkipJsonSchema[AdapterSpec | None] = None
 
     @field_validator("stop")
     @classmethod
@@ -211,7 +233,8 @@ class CompletionRequest(GenerationBody):
 class EmbeddingRequest(_Body):
     input: str | list[str]
     model: StrictStr | None = None
-    encoding_format: Literal["float"] | None = None
+    #: "base64": little-endian float32 vectors, base64-encoded (the router encodes them).
+    encoding_format: Literal["float", "base64"] | None = None
 
     def texts(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else list(self.input)
@@ -229,6 +252,14 @@ class SessionCreate(_Body):
     model: StrictStr
 
 
+class BackendSessionCreate(BaseModel):
+    """What the router sends a backend to create a session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    juggler_adapter: AdapterSpec | None = None
+
+
 class SessionInput(_Body):
     text: StrictStr | None = None
     messages: list[ChatMessage] | None = None
@@ -236,3 +267,20 @@ class SessionInput(_Body):
 
 class SessionGenerate(SamplingBody):
     max_new_tokens: int | None = Field(default=None, ge=1)
+
+
+class TokenizeRequest(BaseModel):
+    """llama.cpp server's /tokenize body (Lemonade routes it to the model's backend)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr | None = None
+    content: StrictStr
+    add_special: StrictBool = True
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr | None = None
+    tokens: list[int] = Field(max_length=1 << 20)

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, StrictBool, StrictStr, Tag, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from juggler.api.openai import ChatMessage
+from juggler.api.openai import AdapterSpec, ChatMessage
 from juggler.api.structured import (
     FUNCTION_NAME,
     ChosenFunction,
@@ -143,6 +144,8 @@ class ResponsesRequest(Strict):
     truncation: Literal["disabled"] | None = None
     #: An end-user id, as OpenAI takes it: it changes nothing in the answer.
     user: StrictStr | None = None
+    #: Router -> backend only (hidden from the router's OpenAPI document).
+    juggler_adapter: SkipJsonSchema[AdapterSpec | None] = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ResponsesRequest:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from juggler.errors import JugglerError, render
@@ -24,3 +25,22 @@ def event(name: str, obj: Any) -> bytes:
 def error(exc: JugglerError) -> bytes:
     """An error inside a stream, in OpenAI's error shape."""
     return data(render(exc))
+
+
+async def read_data(chunks: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any], None]:
+    """The JSON objects of a stream's `data:` lines, up to `data: [DONE]` (the reading
+    side of the framing above)."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        while b"\n\n" in buffer:
+            frame, buffer = buffer.split(b"\n\n", 1)
+            for line in frame.split(b"\n"):
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return
+                item = json.loads(payload)
+                if isinstance(item, dict):
+                    yield item

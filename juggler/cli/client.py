@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -11,10 +13,11 @@ from juggler.errors import JugglerError
 
 
 class ServerError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code
 
 
 class Client:
@@ -35,11 +38,34 @@ class Client:
         if response.status_code >= 400:
             err = data.get("error", {}) if isinstance(data, dict) else {}
             message = err.get("message") if isinstance(err, dict) else None
-            raise ServerError(response.status_code, message or response.text)
+            code = err.get("code") if isinstance(err, dict) else None
+            raise ServerError(response.status_code, message or response.text, code)
         return data
 
     def get(self, path: str) -> Any:
         return self._check(self.http.get(path))
+
+    def delete(self, path: str) -> Any:
+        return self._check(self.http.delete(path))
+
+    def events(self, path: str, body: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+        """POST and read the answer's server-sent events as (event name, parsed data), up
+        to OpenAI's `[DONE]`. Blocks while the server is silent; raises ServerError for an
+        error answer."""
+        with self.http.stream("POST", path, json=body) as response:
+            if response.status_code >= 400:
+                response.read()
+                self._check(response)
+            name = "message"
+            for line in response.iter_lines():
+                if line.startswith("event:"):
+                    name = line.removeprefix("event:").strip()
+                elif line.startswith("data:"):
+                    payload = line.removeprefix("data:").strip()
+                    if payload == "[DONE]":
+                        return
+                    yield name, json.loads(payload)
+                    name = "message"
 
     def post(self, path: str, body: dict[str, Any], *, admin: bool = False) -> Any:
         headers = {}

@@ -37,6 +37,16 @@ def connect(host: str | None = None, port: int | None = None) -> Client:
     return Client(cli_settings(host=host, port=port))
 
 
+def call_with_spinner(message: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`call`, with a spinner on the terminal while it runs (errors print after it)."""
+
+    def spinning() -> Any:
+        with err.status(message):
+            return fn(*args, **kwargs)
+
+    return call(spinning)
+
+
 def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)

@@ -10,6 +10,7 @@ import typer
 from juggler.cli.client import Client, ServerError
 from juggler.cli.common import cli_settings, config_app, err, out
 from juggler.config import ConfigError, config_path, read_config_file, set_value
+from juggler.router.config_routes import NEXT_LOAD, NOW
 
 
 @config_app.command("set")
@@ -28,10 +29,13 @@ def config_set(pairs: Annotated[list[str], typer.Argument(help="key=value ...")]
         out.print(f"{key.strip()} = {value.strip()}  ({config_path()})")
         if key.strip() in RUNTIME_KEYS:
             _apply_to_running_server(key.strip())
+        else:
+            out.print("  (takes effect when Juggler starts)")
 
 
-#: Settings a running server takes at once over `POST /internal/set` (as Lemonade's CLI).
-RUNTIME_KEYS = ("auto_evict", "auto_evict_threshold_pct", "max_loaded_models")
+#: Settings a running server takes over `POST /internal/set` (as Lemonade's CLI sends
+#: them): at once, or at the next load of a model.
+RUNTIME_KEYS = NOW | NEXT_LOAD
 
 
 def _apply_to_running_server(key: str) -> None:

@@ -1,14 +1,21 @@
-"""`juggler`: serve, configure, and drive a running server (load, unload, pin, status).
+"""`juggler`: serve, configure, and drive a running server (pull, list, delete, load,
+unload, pin, ps).
 
-The commands live in one module per group (serve, config_cmd, models); importing them
-registers them on the Typer app in `common`.
+The commands live in one module per group (serve, config_cmd, models, residency_cmd,
+run_cmd); importing them registers them on the Typer app in `common`.
 """
 
 from __future__ import annotations
 
 import sys
 
-from juggler.cli import config_cmd, models, serve  # noqa: F401  (they register commands)
+from juggler.cli import (  # noqa: F401  (they register commands)
+    config_cmd,
+    models,
+    residency_cmd,
+    run_cmd,
+    serve,
+)
 from juggler.cli.common import app
 
 

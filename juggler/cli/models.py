@@ -1,18 +1,56 @@
-"""Commands that drive a running server's models: pull, list, load, unload, pin, status."""
+"""Commands for the models a server can serve: pull (with a progress bar), list, delete.
+
+With a server running they go through its API (Lemonade's `/api/v1/pull` with
+server-sent progress events, `/api/v1/models?show_all=true`, `/api/v1/delete`), so what
+they do is what any Lemonade client gets. Without one, `pull` and `list` work on the
+local catalog directly.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import httpx
 import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from juggler.cli.client import ServerError
 from juggler.cli.common import HostOpt, PortOpt, app, call, connect, err, out
 from juggler.errors import JugglerError
 from juggler.registry.catalog import Registry
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=out,
+        transient=False,
+    )
+
+
+def show_progress(events: Iterator[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """Draw Lemonade's pull events as a bar; returns the error event's data, if any."""
+    with progress_bar() as bar:
+        task = bar.add_task("pulling", total=None)
+        for name, data in events:
+            if name == "progress":
+                bar.update(
+                    task,
+                    description=f"{data.get('file', '')} ({data.get('file_index', 1)}/"
+                    f"{data.get('total_files', 1)})",
+                    completed=data.get("bytes_downloaded", 0),
+                    total=data.get("bytes_total"),
+                )
+            elif name == "error":
+                return data
+            elif name == "complete":
+                bar.update(task, completed=bar.tasks[0].total or 0)
+    return None
 
 
 @app.command()
@@ -32,152 +70,110 @@ def pull(
         str | None, typer.Option(help="For recipe=command: cpu, gpu, npu or gpu|npu.")
     ] = None,
     health_path: Annotated[str, typer.Option()] = "/health",
+    host: HostOpt = None,
+    port: PortOpt = None,
 ) -> None:
-    """Register a user model (user.NAME); a Hugging Face checkpoint is downloaded."""
+    """Install a catalog model, or register and install a user model (user.NAME)."""
+    body: dict[str, Any] = {"model_name": model_name, "stream": True}
+    if checkpoint:
+        body.update(checkpoint=checkpoint, recipe=recipe, labels=list(label or ()))
+    if command:
+        body.update(command=command, recipe=recipe, health_path=health_path)
+    if device:
+        body["device"] = device
+    client = connect(host, port)
+    try:
+        failed = show_progress(client.events("/api/v1/pull", body))
+    except httpx.ConnectError:
+        _pull_here(model_name, checkpoint, recipe, label, command, device, health_path)
+        return
+    except ServerError as exc:
+        err.print(f"[red]error ({exc.status}):[/red] {exc.message}")
+        raise typer.Exit(1) from None
+    if failed is not None:
+        err.print(f"[red]error:[/red] {failed.get('error')}")
+        raise typer.Exit(1)
+    out.print(f"Installed model: {model_name}")
+
+
+def _pull_here(
+    model_name: str,
+    checkpoint: str,
+    recipe: str,
+    label: list[str] | None,
+    command: str | None,
+    device: str | None,
+    health_path: str,
+) -> None:
+    """No server: download and register in this process (same cache, same locks)."""
     from juggler.registry.checkpoint import HfRef, LocalRef, parse_checkpoint
     from juggler.registry.download import download
 
+    registry = Registry()
     try:
-        if checkpoint:
-            ref = parse_checkpoint(checkpoint)
-            if isinstance(ref, LocalRef) and not ref.path.is_file():
-                err.print(f"[red]error:[/red] model file not found: {ref.path}")
-                raise typer.Exit(1)
-            if isinstance(ref, HfRef):
-                out.print(f"downloading {checkpoint} ...")
-                out.print(f"saved {download(ref)}")
-        info = Registry().add_user_model(
-            model_name,
-            checkpoint=checkpoint,
-            recipe=recipe,
-            labels=tuple(label or ()),
-            command=command,
-            health_path=health_path,
-            device=device,
-        )
+        target = checkpoint or (registry.get(model_name).checkpoint if not command else "")
+        ref = parse_checkpoint(target) if target else None
+        if isinstance(ref, LocalRef) and not ref.path.is_file():
+            raise JugglerError(f"model file not found: {ref.path}")
+        if isinstance(ref, HfRef):
+            with progress_bar() as bar:
+                task = bar.add_task(f"{ref.repo_id}", total=None)
+                download(
+                    ref,
+                    on_progress=lambda p: bar.update(
+                        task, description=p.file, completed=p.bytes_downloaded, total=p.bytes_total
+                    ),
+                )
+        if checkpoint or command:
+            registry.add_user_model(
+                model_name,
+                checkpoint=checkpoint,
+                recipe=recipe,
+                labels=tuple(label or ()),
+                command=command,
+                health_path=health_path,
+                device=device,
+            )
     except (JugglerError, ValueError) as exc:
         err.print(f"[red]error:[/red] {getattr(exc, 'message', exc)}")
         raise typer.Exit(1) from None
-    out.print(f"Installed model: {info.name} ({info.type.value}, {info.recipe})")
+    out.print(f"Installed model: {model_name}")
 
 
 @app.command("list")
-def list_models(host: HostOpt = None, port: PortOpt = None) -> None:
-    """Models in the catalog and whether they are loaded."""
-    loaded: set[str] = set()
-    try:
-        health = connect(host, port).get("/api/v1/health")
-        loaded = {m["model_name"] for m in health.get("all_models_loaded", [])}
-    except (httpx.HTTPError, ServerError):
-        pass
-    table = Table("name", "type", "recipe", "checkpoint", "loaded")
-    for info in Registry().list():
-        table.add_row(
-            info.name,
-            info.type.value,
-            info.recipe,
-            info.checkpoint,
-            "yes" if info.name in loaded else "",
-        )
-    out.print(table)
-
-
-@app.command()
-def load(
-    model_name: str,
-    pinned: Annotated[bool, typer.Option("--pinned", help="Pin it in memory.")] = False,
-    ctx_size: Annotated[int | None, typer.Option()] = None,
-    llamacpp_backend: Annotated[str | None, typer.Option()] = None,
-    llamacpp_args: Annotated[str | None, typer.Option()] = None,
+def list_models(
+    downloaded: Annotated[bool, typer.Option("--downloaded", help="Only models on disk.")] = False,
     host: HostOpt = None,
     port: PortOpt = None,
 ) -> None:
-    """Load a model (warns first when every slot of its type is pinned)."""
+    """The catalog: each model's type, recipe, size, whether it is downloaded and loaded."""
+    loaded: set[str] = set()
     client = connect(host, port)
     try:
-        info = Registry().get(model_name)
-    except JugglerError:
-        info = None
-    if info is not None:
-        health = call(client.get, "/api/v1/health")
-        limit = health.get("max_models", {}).get(info.type.value, 1)
-        same = [m for m in health.get("all_models_loaded", []) if m.get("type") == info.type.value]
-        if (
-            limit != -1
-            and len(same) >= limit
-            and all(m.get("pinned") for m in same)
-            and not any(m["model_name"] == model_name for m in same)
-        ):
-            err.print(
-                f"[yellow]warning:[/yellow] every {info.type.value} slot ({limit}) is held by a pinned "
-                "model; this load will fail with slots_pinned_error. Unpin or unload one first."
-            )
-    body: dict[str, Any] = {"model_name": model_name}
-    if pinned:
-        body["pinned"] = True
-    for key, value in (
-        ("ctx_size", ctx_size),
-        ("llamacpp_backend", llamacpp_backend),
-        ("llamacpp_args", llamacpp_args),
-    ):
-        if value is not None:
-            body[key] = value
-    result = call(client.post, "/api/v1/load", body)
-    out.print(result.get("message", result))
+        entries = client.get("/api/v1/models?show_all=true")["data"]
+        loaded = {m["model_name"] for m in client.get("/api/v1/health")["all_models_loaded"]}
+    except (httpx.HTTPError, ServerError):
+        from juggler.router.catalog_view import model_entry
 
-
-@app.command()
-def unload(
-    model_name: Annotated[str | None, typer.Argument()] = None,
-    host: HostOpt = None,
-    port: PortOpt = None,
-) -> None:
-    """Unload one model, or all of them."""
-    body = {"model_name": model_name} if model_name else {}
-    out.print(call(connect(host, port).post, "/api/v1/unload", body).get("message"))
-
-
-def _pin(model_name: str, pinned: bool, host: str | None, port: int | None) -> None:
-    call(
-        connect(host, port).post,
-        "/internal/pin",
-        {"model_name": model_name, "pinned": pinned},
-        admin=True,
-    )
-    out.print(f"{'Pinned' if pinned else 'Unpinned'} {model_name}")
-
-
-@app.command()
-def pin(model_name: str, host: HostOpt = None, port: PortOpt = None) -> None:
-    """Pin a loaded model so the LRU policy never evicts it."""
-    _pin(model_name, True, host, port)
-
-
-@app.command()
-def unpin(model_name: str, host: HostOpt = None, port: PortOpt = None) -> None:
-    """Let the LRU policy evict a model again."""
-    _pin(model_name, False, host, port)
-
-
-@app.command()
-def status(host: HostOpt = None, port: PortOpt = None) -> None:
-    """A table of the loaded models."""
-    health = call(connect(host, port).get, "/api/v1/health")
-    table = Table(
-        "model", "type", "device", "recipe", "pinned", "busy", "status", "last use", "backend"
-    )
-    for m in health.get("all_models_loaded", []):
-        last = dt.datetime.fromtimestamp(float(m.get("last_use") or 0)).strftime("%H:%M:%S")
+        entries = [model_entry(m) for m in Registry().list()]
+    table = Table("name", "type", "recipe", "size (GB)", "downloaded", "loaded", "checkpoint")
+    for m in entries:
+        if downloaded and not m.get("downloaded"):
+            continue
         table.add_row(
-            m["model_name"],
+            m["id"],
             m.get("type", ""),
-            m.get("device", ""),
             m.get("recipe", ""),
-            "yes" if m.get("pinned") else "",
-            "yes" if m.get("is_busy") else "",
-            str(m.get("status", "")),
-            last,
-            m.get("backend_url", ""),
+            str(m.get("size", "")),
+            "yes" if m.get("downloaded") else "",
+            "yes" if m["id"] in loaded else "",
+            m.get("checkpoint", ""),
         )
     out.print(table)
-    out.print(f"max models per type: {health.get('max_models')}")
+
+
+@app.command()
+def delete(model_name: str, host: HostOpt = None, port: PortOpt = None) -> None:
+    """Delete a model: unload it, remove what pull downloaded and its registration."""
+    result = call(connect(host, port).post, "/api/v1/delete", {"model_name": model_name})
+    out.print(result.get("message", result))

@@ -23,10 +23,12 @@ from juggler.engine.llama.ports import LlamaModel
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.master import Master
 from juggler.engine.schedule.messages import (
+    AdapterRef,
     AppendInput,
     Cancel,
     Complete,
     CreateSession,
+    DropAdapter,
     Embed,
     EndSession,
     Generate,
@@ -79,6 +81,9 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
         cache_cells=f.cache_cells,
         parked_cells=f.parked_cells,
         park_budget_bytes=f.park_memory_mb << 20,
+        max_active_adapters=f.max_active_adapters,
+        speculative=f.speculative == "on",
+        spec_draft_max=f.spec_draft_max,
     )
 
 
@@ -220,9 +225,11 @@ class Engine:
         t_arrival: float | None = None,
         *,
         incremental: bool = True,
+        adapter: AdapterRef | None = None,
     ) -> StreamSink:
-        """Start a stateless generation; returns its stream once a worker accepted it.
-        `incremental=False` (a non-streaming request): the text arrives all at once."""
+        """Start a stateless generation (with a LoRA adapter, if given); returns its
+        stream once a worker accepted it. `incremental=False` (a non-streaming request):
+        the text arrives all at once."""
         self.require_llm()
         if not prompt:
             raise BadRequest("the prompt is empty", param="prompt")
@@ -241,18 +248,35 @@ class Engine:
                 params,
                 sink,
                 t_arrival or time.perf_counter(),
-                prefix_keys(prompt),
+                prefix_keys(prompt, adapter=adapter.adapter_id if adapter else None),
+                adapter,
             )
         )
         await reply
         return sink
 
     # -- sessions ----------------------------------------------------------------------
-    async def create_session(self) -> dict[str, Any]:
+    async def create_session(self, adapter: AdapterRef | None = None) -> dict[str, Any]:
         self.require_llm()
         reply: Reply = self._future()
-        self._send(CreateSession(uuid.uuid4().hex, reply))
+        self._send(CreateSession(uuid.uuid4().hex, reply, adapter))
         return await reply
+
+    async def drop_adapter(self, adapter_id: str) -> dict[str, Any]:
+        """Unload an adapter from every worker; Conflict while a request runs with it."""
+        self.require_llm()
+        replies: list[Reply] = []
+        for i in range(len(self.workers)):
+            reply: Reply = self._future()
+            self._send(DropAdapter(i, adapter_id, reply))
+            replies.append(reply)
+        results = await asyncio.gather(*replies, return_exceptions=True)
+        unloaded = False
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+            unloaded = unloaded or bool(r["unloaded"])
+        return {"adapter_id": adapter_id, "unloaded": unloaded}
 
     async def append_input(
         self,

@@ -19,6 +19,7 @@ class Lease:
     """
 
     __slots__ = (
+        "_hooks",
         "_on_release",
         "backend_url",
         "device",
@@ -49,12 +50,19 @@ class Lease:
         self.device = device
         self.is_released = False
         self._on_release = on_release
+        self._hooks: list[Callable[[], None]] = []
+
+    def on_release(self, hook: Callable[[], None]) -> None:
+        """Also call `hook` when the lease is released (the request is over)."""
+        self._hooks.append(hook)
 
     def release(self) -> None:
         if self.is_released:
             return
         self.is_released = True
         self._on_release(self.server_id)
+        for hook in self._hooks:
+            hook()
 
     async def __aenter__(self) -> Lease:
         return self

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from juggler.config import Settings, parse_max_loaded_models
 from juggler.errors import BadRequest, JugglerError
+from juggler.logbook import LogBook
 from juggler.manager import messages as m
 from juggler.manager.lease import Lease
 from juggler.manager.memory import MemorySource, choose_source
@@ -61,7 +62,8 @@ PROBE_WAIT_S = 5.0
 class Manager:
     """Model residency for one router process. Create it, `await start()`, and
     `await stop()` at shutdown (it ends every backend process it started). `spawner`
-    starts backends (default: child processes; tests pass a fake)."""
+    starts backends (default: child processes, their output also written to `logbook`;
+    tests pass a fake)."""
 
     def __init__(
         self,
@@ -73,11 +75,15 @@ class Manager:
         log_dir: Path | None = None,
         memory_source: MemorySource | None = None,
         monitor_interval_s: float = INTERVAL_S,
+        logbook: LogBook | None = None,
+        saved_options: Callable[[str], Mapping[str, Any]] | None = None,
     ) -> None:
         self.settings = settings
+        #: A model's saved load options (Lemonade's save_options), under a load's own.
+        self._saved = saved_options or (lambda name: {})
         self.registry = registry
         self._resolve = resolve
-        self._spawner: Spawner = spawner or ProcessSpawner()
+        self._spawner: Spawner = spawner or ProcessSpawner(logbook)
         #: Where memory pressure is read (chosen at start unless given).
         self.memory_source = memory_source
         self._monitor_interval_s = monitor_interval_s
@@ -140,7 +146,8 @@ class Manager:
         LoadFailed, SlotsPinned."""
         lease: Lease | None = await self._ask(lambda f: m.Acquire(model_name, None, f))
         if lease is None:
-            plan = await self._prepare(model_name, self.settings.model_options())
+            saved = dict(self._saved(model_name))
+            plan = await self._prepare(model_name, self.settings.model_options(saved or None))
             lease = await self._ask(lambda f: m.Acquire(model_name, plan, f))
         assert lease is not None
         return lease
@@ -160,13 +167,18 @@ class Manager:
         pinned: bool | None = None,
     ) -> ServerSnapshot:
         """Explicit /load. `overrides` are the body's per-model options (None values: not
-        given), merged over the settings (seed 000's priority order) and checked before
+        given), merged over the model's saved options and then the settings (Lemonade's
+        priority order: load body > saved options > CLI/env/config) and checked before
         anything is queued: a bad one raises BadRequest and evicts nothing. Same model
         with the same launch options: no-op that refreshes its last use (and applies
         `pinned` if given); other options: reload. Blocks until the model is ready.
         Raises as `acquire` does."""
-        given = overrides if isinstance(overrides, BaseModel | None) else dict(overrides)
-        options = self.settings.model_options(given)
+        given = (
+            overrides.model_dump() if isinstance(overrides, BaseModel) else dict(overrides or {})
+        )
+        merged = dict(self._saved(model_name))
+        merged.update({k: v for k, v in given.items() if v is not None})
+        options = self.settings.model_options(merged or None)
         plan = await self._prepare(model_name, options)
         snapshot: ServerSnapshot = await self._ask(lambda f: m.Load(plan, pinned, f))
         return snapshot

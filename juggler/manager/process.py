@@ -1,8 +1,9 @@
 """The production Spawner: each backend is a child process in its own process group.
 
 A backend dies with the router (PR_SET_PDEATHSIG on Linux, so even a SIGKILLed router
-leaves no model holding memory), writes stdout and stderr to one log file per load, and
-counts as started when its health check answers 200 (polled with backoff). Stopping it
+leaves no model holding memory), writes stdout and stderr into one pipe that the router
+reads (output.py: to one log file per load and to the LogBook under the model's name),
+and counts as started when its health check answers 200 (polled with backoff). Stopping it
 is SIGTERM to the group, then SIGKILL after a grace period. Everything here runs in the
 owner's helper tasks; nothing here reads or writes the residency table.
 """
@@ -25,6 +26,8 @@ from pathlib import Path
 import httpx
 
 from juggler.errors import LoadFailed, RecipeNotInstalled
+from juggler.logbook import LogBook
+from juggler.manager.output import OutputPump
 from juggler.manager.recipes import LaunchPlan, require_file
 from juggler.manager.spawner import STOP_GRACE_S, BackendProcess
 from juggler.types import Device
@@ -68,9 +71,15 @@ class ProcessHandle:
     """One backend child process (a `BackendProcess`)."""
 
     def __init__(
-        self, process: asyncio.subprocess.Process, port: int, health_path: str, log_path: Path
+        self,
+        process: asyncio.subprocess.Process,
+        port: int,
+        health_path: str,
+        log_path: Path,
+        output: OutputPump,
     ) -> None:
         self.process = process
+        self.output = output
         self.port = port
         self.url = f"http://{HOST}:{port}"
         self.health_url = self.url + health_path
@@ -102,6 +111,7 @@ class ProcessHandle:
                 _signal_group(self.process.pid, signal.SIGKILL)
                 await self.process.wait()
         self.kill_now()  # children of a `command` backend may outlive their leader
+        await self.output.drain(timeout_s=1.0)
 
     async def downsize(self, timeout_s: float) -> bool:
         if not self.downsizable_bytes:
@@ -127,7 +137,11 @@ class ProcessHandle:
 
 
 class ProcessSpawner:
-    """Starts backends as child processes (the `Spawner` of production)."""
+    """Starts backends as child processes (the `Spawner` of production); their output
+    goes to `logbook` too when one is given."""
+
+    def __init__(self, logbook: LogBook | None = None) -> None:
+        self.logbook = logbook
 
     async def start(self, plan: LaunchPlan, log_path: Path, timeout_s: float) -> BackendProcess:
         """Spawn the process in its own process group and wait until its health check
@@ -139,19 +153,31 @@ class ProcessSpawner:
         port = free_port()
         argv = plan.argv(port, HOST)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log:
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent if _LIBC is not None else None,
-                )
-            except (FileNotFoundError, PermissionError) as exc:
-                raise RecipeNotInstalled(f"Cannot start {argv[0]!r}: {exc}") from exc
-        handle = ProcessHandle(process, port, plan.health_path, log_path)
+        read_fd, write_fd = os.pipe()
+        output = OutputPump(read_fd, log_path, plan.info.name, self.logbook)
+        spawned = False
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=write_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if _LIBC is not None else None,
+            )
+            spawned = True
+        except (FileNotFoundError, PermissionError) as exc:
+            raise RecipeNotInstalled(f"Cannot start {argv[0]!r}: {exc}") from exc
+        finally:
+            os.close(write_fd)  # the child holds its copy: EOF comes when it is gone
+            if not spawned:
+                await output.drain(0)  # closes the read end
+        output.start()
+        if self.logbook is not None:
+            self.logbook.append(
+                plan.info.name, f"[juggler] backend started: pid {process.pid}, port {port}"
+            )
+        handle = ProcessHandle(process, port, plan.health_path, log_path, output)
         try:
             body = await _wait_healthy(handle, plan.info.name, started + timeout_s)
         except BaseException:
@@ -182,6 +208,7 @@ async def _wait_healthy(handle: ProcessHandle, name: str, deadline: float) -> by
         async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
             while True:
                 if exited.done():
+                    await handle.output.settle(timeout_s=1.0)  # its last words, into the file
                     raise LoadFailed(
                         f"Backend for {name!r} exited with code {exited.result()} while "
                         f"loading: {handle.log_tail() or '(no output)'}"

@@ -7,6 +7,7 @@ Manager's read methods read only that (never the owner's live table).
 from __future__ import annotations
 
 import enum
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,8 @@ class ServerSnapshot:
     downsizable_bytes: int = 0
     #: Whether seed 002's memory management may downsize or evict it (auto_evict).
     auto_evict: bool = False
+    #: The backend's command line (Lemonade's health `launch_command`).
+    launch_command: tuple[str, ...] = ()
 
     @property
     def is_busy(self) -> bool:
@@ -105,6 +108,7 @@ class ServerSnapshot:
             "recipe": self.recipe,
             "recipe_options": self.options.recipe_options(),
             "backend_url": self.backend_url,
+            "launch_command": shlex.join(self.launch_command),
             "pid": self.pid,
             "pinned": self.pinned,
             "status": health_status(self.status, self.memory_state, self.in_flight),

@@ -9,6 +9,7 @@ returns a handle, which the owner stores here when the load is done.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from juggler.manager.policy import ServerView
 from juggler.manager.pressure import MemoryView
@@ -81,7 +82,13 @@ class WrappedServer:
             memory_state=self.memory,
             downsizable_bytes=self.process.downsizable_bytes if self.process else 0,
             auto_evict=self.options.auto_evict,
+            launch_command=self.launch_command(),
         )
+
+    def launch_command(self) -> tuple[str, ...]:
+        """The command line the backend was started with (empty while it starts)."""
+        port = urlsplit(self.backend_url).port if self.backend_url else None
+        return tuple(self.plan.argv(port)) if port else ()
 
     def memory_view(self, global_auto_evict: bool) -> MemoryView:
         """This server as seed 002's memory policy sees it."""

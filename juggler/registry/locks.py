@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import secrets
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from juggler.errors import InsufficientStorage
 
@@ -57,3 +59,23 @@ def disk_errors(what: str) -> Iterator[None]:
 
 def temp_beside(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+@contextlib.contextmanager
+def edited_json(path: Path) -> Iterator[dict[str, Any]]:
+    """Read-modify-write of a JSON object file under its lock (the server and a CLI may
+    both write it); the new file replaces the old one atomically. A missing or non-object
+    file reads as {}."""
+    with exclusive(path):
+        try:
+            data = json.loads(path.read_text() or "{}")
+        except FileNotFoundError:
+            data = {}
+        entries: dict[str, Any] = data if isinstance(data, dict) else {}
+        yield entries
+        tmp = temp_beside(path)
+        try:
+            tmp.write_text(json.dumps(entries, indent=2) + "\n")
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)

@@ -1,43 +1,25 @@
-"""Lemonade-compatible management routes: health, stats, load, unload, pull, delete,
-plus /internal/* (pin, set, config) guarded by the admin key."""
+"""Lemonade-compatible residency routes: health, stats, load, unload, plus /internal/pin
+guarded by the admin key. (Pull and delete: model_routes; /internal/set and
+/internal/config: config_routes.)"""
 
 from __future__ import annotations
 
-import asyncio
-import json
 from typing import Any
 
 import httpx
 from fastapi import APIRouter, Request
 
 from juggler import __version__
-from juggler.config import ConfigError, parse_max_loaded_models, set_value
-from juggler.errors import BadRequest, CheckpointMissing
 from juggler.manager.memory import process_rss
-from juggler.registry.checkpoint import HfRef, LocalRef, parse_checkpoint
-from juggler.registry.download import download
 from juggler.router.bodies import parse
 from juggler.router.deps import state_of
+from juggler.router.model_routes import is_admin
 from juggler.router.openapi import body_of
-from juggler.router.schemas import (
-    DeleteRequest,
-    LoadRequest,
-    PinRequest,
-    PullRequest,
-    SetRequest,
-    UnloadRequest,
-    load_overrides,
-)
+from juggler.router.schemas import LoadRequest, PinRequest, UnloadRequest, load_overrides
 from juggler.router.security import check_registration
 
 router = APIRouter()
 internal = APIRouter()
-
-
-def is_admin(request: Request) -> bool:
-    """Whether the request carried the admin key (AuthMiddleware decided it)."""
-    return bool(getattr(request.state, "is_admin", False))
-
 
 _EMPTY_STATS: dict[str, Any] = {
     "time_to_first_token": None,
@@ -46,19 +28,27 @@ _EMPTY_STATS: dict[str, Any] = {
     "output_tokens": None,
     "decode_token_times": None,
     "prompt_tokens": None,
+    "cached_prompt_tokens": None,
 }
 
 
 @router.get("/health")
 async def health(request: Request) -> dict[str, Any]:
-    manager = state_of(request).manager
+    state = state_of(request)
+    manager = state.manager
     recent = manager.most_recent()
+    streaming = state.proxy.streaming_models()
+    entries = []
+    for snap in manager.snapshot():
+        entry = with_memory(snap.to_health())
+        entry["is_streaming"] = snap.model_name in streaming
+        entries.append(entry)
     return {
         "status": "ok",
         "version": __version__,
         "model_loaded": recent.model_name if recent else None,
         "checkpoint_loaded": recent.checkpoint if recent else None,
-        "all_models_loaded": [with_memory(s.to_health()) for s in manager.snapshot()],
+        "all_models_loaded": entries,
         "max_models": manager.max_models(),
         "watchdog": manager.restarts(),
         "memory": memory.to_health() if (memory := manager.memory_status()) else None,
@@ -77,7 +67,8 @@ def with_memory(entry: dict[str, Any]) -> dict[str, Any]:
 
 @router.get("/stats")
 async def stats(request: Request) -> dict[str, Any]:
-    """The most recent inference request's figures, read from the backend that served it."""
+    """The most recent inference request's figures, read from the backend that served it.
+    `cached_prompt_tokens`: prompt tokens that came from a cached prefix (not prefilled)."""
     state = state_of(request)
     if state.proxy.last_served is None:
         return dict(_EMPTY_STATS)
@@ -86,7 +77,7 @@ async def stats(request: Request) -> dict[str, Any]:
         data: dict[str, Any] = await state.proxy.get_json(url + "/stats")
     except httpx.HTTPError:
         return {**_EMPTY_STATS, "model": model, "error": "backend no longer available"}
-    return {**data, "model": model}
+    return {**data, "cached_prompt_tokens": data.get("prompt_tokens_reused"), "model": model}
 
 
 @router.post("/load", openapi_extra=body_of(LoadRequest))
@@ -106,7 +97,13 @@ async def load(request: Request) -> dict[str, Any]:
             body.model_name, checkpoint=body.checkpoint, recipe=body.recipe or "llamacpp"
         )
     state.registry.get(body.model_name)  # 404 model_not_found before anything queues
-    snapshot = await state.manager.load(body.model_name, load_overrides(body), pinned=body.pinned)
+    given = load_overrides(body)
+    if body.save_options:
+        # Checked first: options that cannot load are not saved.
+        state.manager.settings.model_options(given)
+    snapshot = await state.manager.load(body.model_name, given, pinned=body.pinned)
+    if body.save_options:
+        state.pins.save_options(body.model_name, given)
     if body.pinned is not None:
         state.pins.record(snapshot)
     return {
@@ -130,55 +127,6 @@ async def unload(request: Request) -> dict[str, Any]:
     return {"status": "success", "message": message, "unloaded": names}
 
 
-@router.post("/pull", openapi_extra=body_of(PullRequest))
-async def pull(request: Request) -> dict[str, Any]:
-    """Register a user model (`user.NAME`). A local checkpoint must exist; a Hugging Face
-    checkpoint is downloaded into the cache first."""
-    state = state_of(request)
-    body, _ = await parse(request, PullRequest)
-    check_registration(
-        state.settings,
-        is_admin=is_admin(request),
-        recipe=body.recipe,
-        checkpoint=body.checkpoint,
-        command=body.command,
-    )
-    labels = list(body.labels)
-    for flag in ("reasoning", "vision", "embedding", "reranking"):
-        if getattr(body, flag) and flag not in labels:
-            labels.append(flag)
-    if body.checkpoint:
-        try:
-            ref = parse_checkpoint(body.checkpoint)
-        except ValueError as exc:
-            raise BadRequest(str(exc), param="checkpoint") from None
-        if isinstance(ref, LocalRef) and not ref.path.is_file():
-            raise CheckpointMissing(f"model file not found: {ref.path}", param="checkpoint")
-        if isinstance(ref, HfRef):
-            await asyncio.to_thread(download, ref)
-    info = state.registry.add_user_model(
-        body.model_name,
-        checkpoint=body.checkpoint,
-        recipe=body.recipe,
-        labels=tuple(labels),
-        command=body.command,
-        health_path=body.health_path,
-        device=body.device,
-    )
-    return {"status": "success", "message": f"Installed model: {info.name}"}
-
-
-@router.post("/delete", openapi_extra=body_of(DeleteRequest))
-async def delete(request: Request) -> dict[str, Any]:
-    state = state_of(request)
-    body, _ = await parse(request, DeleteRequest)
-    state.registry.get(body.model_name)
-    if any(s.model_name == body.model_name for s in state.manager.snapshot()):
-        await state.manager.unload(body.model_name)
-    state.registry.remove_user_model(body.model_name)
-    return {"status": "success", "message": f"Deleted model: {body.model_name}"}
-
-
 @internal.post("/internal/pin", openapi_extra=body_of(PinRequest))
 async def pin(request: Request) -> dict[str, Any]:
     body, _ = await parse(request, PinRequest)
@@ -186,43 +134,3 @@ async def pin(request: Request) -> dict[str, Any]:
     snapshot = await state.manager.pin(body.model_name, body.pinned)
     state.pins.record(snapshot)
     return {"status": "success", "model_name": body.model_name, "pinned": snapshot.pinned}
-
-
-@internal.post("/internal/set", openapi_extra=body_of(SetRequest))
-async def set_config(request: Request) -> dict[str, Any]:
-    body, _ = await parse(request, SetRequest)
-    updated: dict[str, Any] = {}
-    if body.max_loaded_models is not None:
-        try:
-            limits = parse_max_loaded_models(body.max_loaded_models)
-        except ValueError as exc:
-            raise BadRequest(f"max_loaded_models: {exc}", param="max_loaded_models") from None
-        await state_of(request).manager.set_max_loaded_models(limits)
-        updated["max_loaded_models"] = list(limits)
-    if body.auto_evict is not None or body.auto_evict_threshold_pct is not None:
-        await state_of(request).manager.set_memory_config(
-            auto_evict=body.auto_evict, threshold=body.auto_evict_threshold_pct
-        )
-        for key in ("auto_evict", "auto_evict_threshold_pct"):
-            value = getattr(body, key)
-            if value is not None:
-                persist(key, value)
-                updated[key] = value
-    return {"status": "success", "updated": updated}
-
-
-def persist(key: str, value: Any) -> None:
-    """Keep a run-time setting in the config file, so it survives a restart."""
-    try:
-        set_value(key, json.dumps(value))
-    except (ConfigError, OSError) as exc:
-        raise BadRequest(f"{key}: could not be saved: {exc}", param=key) from None
-
-
-@internal.get("/internal/config")
-async def get_config(request: Request) -> dict[str, Any]:
-    state = state_of(request)
-    values = state.settings.model_dump(mode="json", exclude={"api_key", "admin_api_key"})
-    values["max_loaded_models"] = list(state.manager.max_models().values())
-    values["max_models"] = state.manager.max_models()
-    return values

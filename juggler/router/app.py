@@ -23,16 +23,28 @@ from starlette.middleware.cors import CORSMiddleware
 from juggler import __version__
 from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
+from juggler.logbook import LogBook, RingHandler
 from juggler.manager.manager import Manager
+from juggler.registry.adapters import AdapterBook
 from juggler.registry.catalog import Registry
 from juggler.router import (
+    adapter_routes,
     admin_routes,
+    config_routes,
+    logs_route,
     memory_routes,
     metrics_route,
+    model_routes,
+    ollama_create,
+    ollama_models,
+    ollama_routes,
     openai_routes,
     responses,
     sessions,
+    system_routes,
+    ui_routes,
 )
+from juggler.router.adapters import Adapters
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
 from juggler.router.figures import FiguresPoller
@@ -48,6 +60,8 @@ from juggler.router.proxy import ClientGone, Proxy
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")
+#: Loggers whose records the dashboard's Logs page shows as `router` (not the access log).
+LOGGERS = ("juggler", "uvicorn.error")
 
 
 async def _warm_up(manager: Manager, name: str | None, pins: PinBook) -> None:
@@ -62,12 +76,19 @@ async def _warm_up(manager: Manager, name: str | None, pins: PinBook) -> None:
         log.error("could not load the default model %s: %s", name, exc.message)
 
 
+def is_ollama_path(path: str) -> bool:
+    return path.startswith("/api/") and not path.startswith("/api/v1/")
+
+
 def error_response(request: Request, exc: JugglerError) -> JSONResponse:
-    """The one place a router error becomes a response."""
-    body = render(exc)
+    """The one place a router error becomes a response: OpenAI's error shape, or on
+    Ollama's routes Ollama's (`{"error": "message"}`)."""
+    body: dict[str, Any] = render(exc)
     rid = request_id_of(request.scope)
     if rid:
         body["error"]["request_id"] = rid
+    if is_ollama_path(request.url.path):
+        body = {"error": exc.message, "code": exc.code, "request_id": rid or None}
     headers = {}
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
@@ -83,7 +104,12 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        manager = Manager(settings, registry)
+        logs = LogBook()
+        handler = RingHandler(logs)
+        for name in LOGGERS:
+            logging.getLogger(name).addHandler(handler)
+        pins = PinBook(juggler_home() / "pins.json")
+        manager = Manager(settings, registry, saved_options=pins.saved_options, logbook=logs)
         await manager.start()
         proxy = Proxy(
             manager,
@@ -91,10 +117,12 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             max_waiting=settings.max_queued_requests,
             queue_timeout_s=settings.queue_timeout_s,
         )
-        pins = PinBook(juggler_home() / "pins.json")
         figures = FiguresPoller(manager.snapshot, proxy.client)
         figures.start()
-        app.state.juggler = RouterState(settings, registry, manager, proxy, pins, figures)
+        adapters = Adapters(settings, registry, AdapterBook())
+        app.state.juggler = RouterState(
+            settings, registry, manager, proxy, pins, figures, adapters, logs=logs
+        )
         warmup = asyncio.create_task(_warm_up(manager, settings.model, pins))
         try:
             yield
@@ -106,17 +134,30 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             await figures.stop()
             await proxy.aclose()
             await manager.stop()
+            for name in LOGGERS:
+                logging.getLogger(name).removeHandler(handler)
 
     app = FastAPI(title="Juggler", version=__version__, lifespan=lifespan)
     app.state.drain = drain
     for prefix in API_PREFIXES:
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
+        app.include_router(model_routes.router, prefix=prefix)
+        app.include_router(system_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
         app.include_router(responses.router, prefix=prefix)
+        app.include_router(adapter_routes.compat, prefix=prefix)
+        app.include_router(logs_route.router, prefix=prefix)
+    app.include_router(adapter_routes.router)
     app.include_router(admin_routes.internal)
+    app.include_router(config_routes.internal)
     app.include_router(memory_routes.internal)
     app.include_router(metrics_route.router)
+    # Ollama's dialect (/api/chat, /api/tags, ...); Lemonade's lives under /api/v1.
+    app.include_router(ollama_routes.router)
+    app.include_router(ollama_models.router)
+    app.include_router(ollama_create.router)
+    app.include_router(ui_routes.router)
 
     @app.get("/live")
     async def live() -> dict[str, str]:
@@ -154,7 +195,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         return error_response(request, error)
 
     document_request_bodies(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, unlimited=("/api/blobs/",)
+    )
     app.add_middleware(
         AuthMiddleware, api_key=settings.api_key, admin_api_key=settings.admin_api_key
     )

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
+from juggler.api.openai import ADAPTER_FIELD
 from juggler.errors import BadRequest
 from juggler.options import bad_request_from
 
@@ -26,6 +27,11 @@ async def read_json(request: Request) -> dict[str, Any]:
         raise BadRequest("request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
+    if ADAPTER_FIELD in data:
+        raise BadRequest(
+            f"{ADAPTER_FIELD} is set by the server; name a LoRA adapter as the model",
+            param=ADAPTER_FIELD,
+        )
     if b"\\u" in raw and _has_lone_surrogate(data):
         raise BadRequest("request body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
     return data

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from juggler.config import Settings
+from juggler.logbook import LogBook
 from juggler.manager.manager import Manager
 from juggler.registry.catalog import Registry
+from juggler.router.adapters import Adapters
 from juggler.router.figures import FiguresPoller
 from juggler.router.pins import PinBook
 from juggler.router.proxy import Proxy
@@ -24,6 +26,8 @@ class RouterState:
     proxy: Proxy
     pins: PinBook
     figures: FiguresPoller
+    adapters: Adapters
+    logs: LogBook = field(default_factory=LogBook)
     sessions: SessionTable = field(default_factory=lambda: SessionTable())
     responses: ResponseTable = field(default_factory=lambda: ResponseTable())
 

@@ -156,6 +156,27 @@ class ViewCollector(Collector):
             for b in backends:
                 fam.add_metric([b.model], float(getattr(b, attr)))
             yield fam
+        # Per backend: they start from 0 again when a model is loaded again.
+        tokens = CounterMetricFamily(
+            "juggler:model_generation_tokens",
+            "Tokens generated, per model (since it was loaded).",
+            labels=["model"],
+        )
+        prompts = CounterMetricFamily(
+            "juggler:model_prompt_tokens",
+            "Prompt tokens processed, per model (since it was loaded).",
+            labels=["model"],
+        )
+        ttft = HistogramMetricFamily(
+            "juggler:model_time_to_first_token_seconds",
+            "Time to first token, per model (since it was loaded).",
+            labels=["model"],
+        )
+        for b in backends:
+            tokens.add_metric([b.model], b.totals.generation_tokens)
+            prompts.add_metric([b.model], b.totals.prompt_tokens)
+            ttft.add_metric([b.model], b.totals.ttft.cumulative(), b.totals.ttft.total)
+        yield from (tokens, prompts, ttft)
         loaded = GaugeMetricFamily(
             "juggler:model_loaded",
             "1 for each loaded model.",

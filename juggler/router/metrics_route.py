@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from juggler.router.adapter_routes import max_active_adapters
 from juggler.router.deps import state_of
 from juggler.router.metrics import CONTENT_TYPE, MetricsView, exposition
 
@@ -21,5 +22,6 @@ async def metrics(request: Request) -> Response:
         counters=state.manager.stats(),
         retired=state.figures.retired,
         lora_changed_at=state.figures.lora_changed_at,
+        default_max_lora=max_active_adapters(state.settings.llamacpp_args),
     )
     return Response(exposition(view), media_type=CONTENT_TYPE)

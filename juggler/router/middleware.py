@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from juggler.errors import Forbidden, JugglerError, PayloadTooLarge, Unauthorized, render
 from juggler.router.security import bearer, is_loopback, key_matches
+from juggler.router.ui_routes import OPEN_PAGES, OPEN_PREFIX
 
 log = logging.getLogger("juggler.router")
 OPEN_PATHS = frozenset({"/live"})
@@ -77,9 +78,16 @@ class RequestIdMiddleware:
                 await send_error(send, JugglerError(f"internal error: {type(exc).__name__}"), rid)
 
 
+def is_open(path: str) -> bool:
+    """Routes that need no key: /live, and the dashboard's page and static files (they
+    hold no data; the page's API calls carry the key)."""
+    return path in OPEN_PATHS or path in OPEN_PAGES or path.startswith(OPEN_PREFIX)
+
+
 class AuthMiddleware:
-    """`api_key` guards every route but /live (the admin key works there too);
-    /internal/* needs the admin key when one is set, else a loopback client."""
+    """`api_key` guards every route but /live and the dashboard's files (the admin key
+    works there too); /internal/* needs the admin key when one is set, else a loopback
+    client."""
 
     def __init__(self, app: ASGIApp, *, api_key: str | None, admin_api_key: str | None) -> None:
         self.app = app
@@ -87,7 +95,7 @@ class AuthMiddleware:
         self.admin_api_key = admin_api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
         token = bearer(scope.get("headers", []))
@@ -117,14 +125,16 @@ class AuthMiddleware:
 
 
 class BodyLimitMiddleware:
-    """Refuse request bodies over `max_bytes` with 413, by Content-Length or by counting."""
+    """Refuse request bodies over `max_bytes` with 413, by Content-Length or by counting.
+    Paths under `unlimited` (file uploads, which stream to disk) are not limited."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int, unlimited: tuple[str, ...] = ()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.unlimited = unlimited
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"].startswith(self.unlimited):
             await self.app(scope, receive, send)
             return
         too_large = PayloadTooLarge(f"request body is larger than {self.max_bytes} bytes")

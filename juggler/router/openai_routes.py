@@ -2,69 +2,119 @@
 
 from __future__ import annotations
 
-import time
+import base64
+import json
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 
-from juggler.api.openai import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from juggler.api.openai import (
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    TokenizeRequest,
+)
+from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
 from juggler.router.bodies import parse_for_model
+from juggler.router.catalog_view import STARTED, model_entry
 from juggler.router.deps import state_of
 from juggler.router.openapi import body_of
-from juggler.types import ModelInfo
 
 router = APIRouter()
-_STARTED = int(time.time())
 
 
-def model_entry(info: ModelInfo) -> dict[str, Any]:
-    """One model in Lemonade's /models shape (a superset of OpenAI's)."""
+def adapter_entry(info: AdapterInfo) -> dict[str, Any]:
+    """A LoRA adapter in the model list, with its parent (as vLLM lists them)."""
     return {
-        "id": info.name,
+        "id": info.adapter_id,
         "object": "model",
-        "created": _STARTED,
+        "created": STARTED,
         "owned_by": "juggler",
-        "checkpoint": info.checkpoint,
-        "recipe": info.recipe,
-        "labels": list(info.labels),
-        "type": info.type.value,
-        "downloaded": is_available(info),
-        "suggested": info.suggested,
+        "parent": info.base_model,
+        "root": info.path,
+        "checkpoint": info.path,
+        "recipe": "lora",
+        "labels": ["lora"],
+        "type": "llm",
+        "downloaded": True,
+        "suggested": False,
     }
 
 
 @router.get("/models")
-async def list_models(request: Request) -> dict[str, Any]:
-    registry = state_of(request).registry
-    return {"object": "list", "data": [model_entry(m) for m in registry.list()]}
+async def list_models(request: Request, show_all: str = "false") -> dict[str, Any]:
+    """Lemonade: downloaded models only (as OpenAI's list), every catalog model with
+    `show_all=true`; then the LoRA adapters."""
+    state = state_of(request)
+    everything = show_all.lower() in ("true", "1", "yes")
+    models = [
+        model_entry(m, state.pins.saved_options(m.name))
+        for m in state.registry.list()
+        if everything or is_available(m)
+    ]
+    adapters = [adapter_entry(a) for a in state.adapters.book.list()]
+    return {"object": "list", "data": models + adapters}
 
 
 @router.get("/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    return model_entry(state_of(request).registry.get(model_id))
+    state = state_of(request)
+    adapter = state.adapters.book.get(model_id)
+    if adapter is not None and state.registry.find(model_id) is None:
+        return adapter_entry(adapter)
+    info = state.registry.get(model_id)
+    return model_entry(info, state.pins.saved_options(info.name))
+
+
+async def _generate(
+    request: Request, body: type[ChatRequest | CompletionRequest], path: str
+) -> Response:
+    """Forward a generation to its model's backend; a LoRA adapter named as the model runs
+    on its base model with that adapter."""
+    state = state_of(request)
+    model, raw = await parse_for_model(request, body)
+    target = state.adapters.route(model, raw)
+    end = state.adapters.hold(target)
+    try:
+        return await state.proxy.forward(
+            target.model, path, raw, client_request=request, on_release=end
+        )
+    except BaseException:
+        end()
+        raise
 
 
 @router.post("/chat/completions", openapi_extra=body_of(ChatRequest))
 async def chat_completions(request: Request) -> Response:
-    model, raw = await parse_for_model(request, ChatRequest)
-    return await state_of(request).proxy.forward(
-        model, "/v1/chat/completions", raw, client_request=request
-    )
+    return await _generate(request, ChatRequest, "/v1/chat/completions")
 
 
 @router.post("/completions", openapi_extra=body_of(CompletionRequest))
 async def completions(request: Request) -> Response:
-    model, raw = await parse_for_model(request, CompletionRequest)
-    return await state_of(request).proxy.forward(
-        model, "/v1/completions", raw, client_request=request
-    )
+    return await _generate(request, CompletionRequest, "/v1/completions")
 
 
 @router.post("/embeddings", openapi_extra=body_of(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
     model, raw = await parse_for_model(request, EmbeddingRequest)
-    return await state_of(request).proxy.forward(model, "/v1/embeddings", raw)
+    if raw.get("encoding_format") != "base64":
+        return await state_of(request).proxy.forward(model, "/v1/embeddings", raw)
+    response = await state_of(request).proxy.forward(
+        model, "/v1/embeddings", {**raw, "encoding_format": "float"}
+    )
+    if response.status_code != 200:
+        return response
+    data = json.loads(bytes(response.body))
+    for item in data.get("data", []):
+        item["embedding"] = base64.b64encode(
+            np.asarray(item["embedding"], dtype="<f4").tobytes()
+        ).decode()
+    return JSONResponse(data)
 
 
 @router.post("/rerank", openapi_extra=body_of(RerankRequest))
@@ -72,3 +122,17 @@ async def embeddings(request: Request) -> Response:
 async def rerank(request: Request) -> Response:
     model, raw = await parse_for_model(request, RerankRequest)
     return await state_of(request).proxy.forward(model, "/v1/rerank", raw)
+
+
+@router.post("/tokenize", openapi_extra=body_of(TokenizeRequest))
+async def tokenize(request: Request) -> Response:
+    """llama.cpp's tokenize: {model, content, add_special?} -> {tokens}."""
+    model, raw = await parse_for_model(request, TokenizeRequest)
+    return await state_of(request).proxy.forward(model, "/tokenize", raw)
+
+
+@router.post("/detokenize", openapi_extra=body_of(DetokenizeRequest))
+async def detokenize(request: Request) -> Response:
+    """llama.cpp's detokenize: {model, tokens} -> {content}."""
+    model, raw = await parse_for_model(request, DetokenizeRequest)
+    return await state_of(request).proxy.forward(model, "/detokenize", raw)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -136,6 +136,7 @@ class Proxy:
         lease: Lease | None = None,
         client_request: Request | None = None,
         extra_headers: dict[str, str] | None = None,
+        on_release: Callable[[], None] | None = None,
     ) -> Response:
         """Send `body` to the backend of `model` at `path`; stream if the backend streams.
 
@@ -143,14 +144,19 @@ class Proxy:
         here; otherwise the model is acquired (auto-loaded) first; `extra_headers` go to
         the backend with the body (lease path only). With `client_request`
         given, a client that disconnects before a non-streaming answer is ready gets the
-        backend request closed, which cancels the generation there."""
+        backend request closed, which cancels the generation there. `on_release` runs
+        when the request is over, however it ends (not if no backend was reached)."""
         held: Lease
         if lease is None:
             held, response = await self._unless_gone(
                 self._open(model, method, path, body), client_request
             )
+            if on_release is not None:
+                held.on_release(on_release)
         else:
             held = lease
+            if on_release is not None:
+                held.on_release(on_release)
             try:
                 response = await self._unless_gone(
                     self._send(held, method, path, body, extra_headers), client_request
@@ -219,6 +225,10 @@ class Proxy:
         finally:
             self._relays.discard(relay)
             lease.release()
+
+    def streaming_models(self) -> set[str]:
+        """Models with a stream being relayed now (health's `is_streaming`)."""
+        return {relay.model for relay in self._relays}
 
     def _cut_all(self) -> None:
         for relay in list(self._relays):

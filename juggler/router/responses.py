@@ -45,6 +45,7 @@ async def create_response(request: Request) -> Response:
     body, raw = await parse(request, ResponsesRequest)
     if not body.model:
         raise BadRequest("model is required", param="model")
+    target = state.adapters.route(body.model, raw)  # a LoRA adapter runs on its base
     prev = body.previous_response_id
     if prev is not None:
         entry = state.responses.get(prev, "previous_response_id")
@@ -56,19 +57,25 @@ async def create_response(request: Request) -> Response:
             )
         lease = await _lease_for(state, prev, "previous_response_id")
     else:
-        lease = await state.proxy.acquire(body.model)
+        lease = await state.proxy.acquire(target.model)
     rid = f"resp_{uuid.uuid4().hex}"
     if body.store:
         live = {s.server_id for s in state.manager.snapshot()}
         state.responses.add(rid, SessionEntry(body.model, lease.server_id), live)
-    return await state.proxy.forward(
-        body.model,
-        "/v1/responses",
-        raw,
-        lease=lease,
-        client_request=request,
-        extra_headers={RESPONSE_ID_HEADER: rid},
-    )
+    end = state.adapters.hold(target)
+    try:
+        return await state.proxy.forward(
+            target.model,
+            "/v1/responses",
+            raw,
+            lease=lease,
+            client_request=request,
+            extra_headers={RESPONSE_ID_HEADER: rid},
+            on_release=end,
+        )
+    except BaseException:
+        end()
+        raise
 
 
 async def _on_stored(request: Request, response_id: str, method: str) -> Response:

@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    create_model,
+    field_validator,
+)
 
+from juggler.errors import BadRequest
 from juggler.options import LoadOverrides
 
 #: Lemonade's /load body (seed 000/002): the model, its pin, and every per-model option
@@ -20,6 +29,8 @@ LoadRequest: type[BaseModel] = create_model(  # type: ignore[call-overload]
     __base__=LoadOverrides,
     model_name=(StrictStr, ...),
     pinned=(StrictBool | None, None),
+    #: Lemonade: keep this load's options for every later load of the model.
+    save_options=(StrictBool, False),
     checkpoint=(StrictStr | None, None),
     recipe=(StrictStr | None, None),
 )
@@ -47,7 +58,11 @@ class PullRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model_name: StrictStr
+    #: Lemonade: answer with server-sent progress events instead of one JSON object.
+    stream: StrictBool = False
     checkpoint: StrictStr = ""
+    #: Lemonade's CLI form: {"main": "org/repo:QUANT"} (only the main checkpoint).
+    checkpoints: dict[StrictStr, StrictStr] | None = None
     recipe: StrictStr = "llamacpp"
     labels: list[StrictStr] = Field(default_factory=list)
     # Lemonade's boolean label flags.
@@ -55,9 +70,33 @@ class PullRequest(BaseModel):
     vision: StrictBool = False
     embedding: StrictBool = False
     reranking: StrictBool = False
+    #: Vision projectors: not supported (no image input), refused when given.
+    mmproj: StrictStr | None = None
     command: StrictStr | None = None
     health_path: StrictStr = "/health"
     device: StrictStr | None = None
+
+    @field_validator("mmproj")
+    @classmethod
+    def _no_vision(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("vision models (mmproj) are not supported by Juggler")
+        return v
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _main_only(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for kind in v or {}:
+            if kind != "main":
+                raise ValueError(f"only the main checkpoint is supported, not {kind!r}")
+        return v
+
+    def main_checkpoint(self) -> str:
+        if self.checkpoints and self.checkpoints.get("main"):
+            if self.checkpoint and self.checkpoint != self.checkpoints["main"]:
+                raise BadRequest("checkpoint and checkpoints.main differ", param="checkpoint")
+            return self.checkpoints["main"]
+        return self.checkpoint
 
 
 class DeleteRequest(BaseModel):

@@ -18,6 +18,8 @@ from juggler.errors import Conflict, SessionNotFound
 class SessionEntry:
     model: str
     server_id: int
+    #: The LoRA adapter the session runs with (its `model` is then the adapter's id).
+    adapter_id: str | None = None
 
 
 class SessionTable:

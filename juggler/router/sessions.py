@@ -41,9 +41,13 @@ async def _lease_for(state: RouterState, session_id: str) -> tuple[SessionEntry,
 async def create_session(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, SessionCreate)
-    lease: Lease = await state.proxy.acquire(body.model)
+    backend_body: dict[str, Any] = {}
+    target = state.adapters.route(body.model, backend_body)
+    lease: Lease = await state.proxy.acquire(target.model)
     try:
-        response = await state.proxy.client.post(lease.backend_url + "/v1/sessions", json={})
+        response = await state.proxy.client.post(
+            lease.backend_url + "/v1/sessions", json=backend_body
+        )
     except Exception as exc:
         await state.manager.report_backend_failure(lease)
         raise BackendDead(f"backend for {body.model!r} failed: {exc!r}") from exc
@@ -55,7 +59,8 @@ async def create_session(request: Request) -> Any:
         )
     session_id = str(response.json()["session_id"])
     state.sessions.prune({s.server_id for s in state.manager.snapshot()})
-    state.sessions.add(session_id, SessionEntry(body.model, lease.server_id))
+    adapter_id = target.adapter.adapter_id if target.adapter else None
+    state.sessions.add(session_id, SessionEntry(body.model, lease.server_id, adapter_id))
     return {"session_id": session_id, "model": body.model}
 
 
@@ -64,9 +69,23 @@ async def _forward(
 ) -> Response:
     state = state_of(request)
     body = await read_json(request) if method == "POST" and action != "cancel" else {}
+    entry = state.sessions.get(session_id)
+    unregistered = entry.adapter_id and state.adapters.book.get(entry.adapter_id) is None
+    if unregistered and method != "DELETE":
+        raise SessionNotFound(
+            f"session {session_id!r} ended: its LoRA adapter {entry.adapter_id!r} was unregistered",
+            param="session_id",
+        )
     entry, lease = await _lease_for(state, session_id)
     path = f"/v1/sessions/{session_id}" + (f"/{action}" if action else "")
-    response = await state.proxy.forward(entry.model, path, body, method=method, lease=lease)
+    end = state.adapters.hold_id(entry.adapter_id)
+    try:
+        response = await state.proxy.forward(
+            entry.model, path, body, method=method, lease=lease, on_release=end
+        )
+    except BaseException:
+        end()
+        raise
     if response.status_code == 404 or (method == "DELETE" and response.status_code < 300):
         state.sessions.drop(session_id)
     return response

@@ -12,16 +12,24 @@ It implements `juggler.engine.llama.ports`:
 - Greedy rule: after "!" comes EOS, else the letter 'a' + (last + length) % 26. So the
   output depends on exactly what the sequence holds: a wrong position, a lost or
   repeated token or another sequence's cell all change it. `greedy()` predicts it.
+- LoRA: `load_adapter("shift:K")` is an adapter that adds K to the greedy rule's sum
+  (any other path is refused with BadRequest); `decoded_adapters` records the adapter
+  each decode ran with, so tests see which sequences shared a decode.
 - Faults: `fail_decodes` {decode number: rc} (after writing `partial` rows),
   `raise_on_decode` (that decode raises), `no_partial_rm` (seq_rm of a tail fails, as in
   sliding-window caches), `fail_restores` (restore_seq_state fails).
+- `FakeLlama(copying=True)` uses `copy_token` instead: the output repeats what the
+  sequence holds (the workload speculative decoding is for).
 - Sampling: greedy plus `logit_bias`; logits are one-hot (1.0 at the greedy token).
+  With `FakeLlama(stochastic=True)`, above temperature 0 a seeded draw keeps the greedy
+  letter three times in four and takes the next letter otherwise (output differs by seed).
 """
 
 from __future__ import annotations
 
 import array
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,19 +42,33 @@ EOS = 257
 N_VOCAB = 258
 
 
-def next_token(seq: Sequence[int]) -> int:
+def next_token(seq: Sequence[int], shift: int = 0) -> int:
     last = seq[-1]
     if last == ord("!"):
         return EOS
-    return ord("a") + (last + len(seq)) % 26
+    return ord("a") + (last + len(seq) + shift) % 26
 
 
-def greedy(seq: Sequence[int], n: int) -> list[int]:
-    """The tokens a greedy generation of at most `n` produces after `seq`."""
+def copy_token(seq: Sequence[int], shift: int = 0) -> int:
+    """The copying rule (`FakeLlama(copying=True)`): the token that followed the most recent
+    earlier occurrence of the last token, else `next_token` (so "!" still ends). Its output repeats what the
+    sequence holds, as text quoting its prompt does: what speculative drafts are for."""
+    last = seq[-1]
+    if last == ord("!"):
+        return EOS
+    for i in range(len(seq) - 2, -1, -1):
+        if seq[i] == last:
+            return seq[i + 1]
+    return next_token(seq, shift)
+
+
+def greedy(seq: Sequence[int], n: int, shift: int = 0) -> list[int]:
+    """The tokens a greedy generation of at most `n` produces after `seq` (with an
+    adapter of `shift`)."""
     seq = list(seq)
     out: list[int] = []
     while len(out) < n:
-        t = next_token(seq)
+        t = next_token(seq, shift)
         if t == EOS:
             break
         out.append(t)
@@ -84,6 +106,12 @@ class FakeBatch:
         self.closed = True
 
 
+@dataclass(frozen=True)
+class FakeAdapter:
+    path: str
+    shift: int
+
+
 @dataclass
 class Faults:
     fail_decodes: dict[int, int] = field(default_factory=dict)
@@ -95,15 +123,20 @@ class Faults:
 
 
 class FakeContext:
-    def __init__(self, params: ContextParams, faults: Faults) -> None:
+    def __init__(
+        self, params: ContextParams, faults: Faults, rule: Callable[..., int] = next_token
+    ) -> None:
+        self.rule = rule
         self.n_ctx = params.n_ctx
         self.n_seq_max = params.n_seq_max
         self.faults = faults
         self.cells: dict[int, dict[int, int]] = {}
         self.num_removals = 0
         self.num_decodes = 0
-        #: Every decoded batch, as its rows.
+        #: Every decoded batch, as its rows, and the adapter it ran with.
         self.decoded: list[list[Row]] = []
+        self.decoded_adapters: list[FakeAdapter | None] = []
+        self.adapter: FakeAdapter | None = None
         self._next: dict[int, int] = {}
         self.closed = False
 
@@ -125,6 +158,7 @@ class FakeContext:
             raise RuntimeError(f"fake decode {n} exploded")
         rows = list(batch.rows)
         self.decoded.append(rows)
+        self.decoded_adapters.append(self.adapter)
         self._next = {}
         rc = self.faults.fail_decodes.get(n)
         if rc is not None:
@@ -142,7 +176,8 @@ class FakeContext:
             self.cells.setdefault(r.seq_id, {})[r.pos] = r.token
         for i, r in enumerate(rows):
             if r.logits:
-                self._next[i] = next_token(self.tokens(r.seq_id)[: r.pos + 1])
+                shift = self.adapter.shift if self.adapter else 0
+                self._next[i] = self.rule(self.tokens(r.seq_id)[: r.pos + 1], shift)
         return 0
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
@@ -175,6 +210,9 @@ class FakeContext:
         out[self._next[row]] = 1.0
         return tuple(out)
 
+    def set_adapter(self, adapter: Any | None) -> None:
+        self.adapter = adapter
+
     def close(self) -> None:
         self.closed = True
 
@@ -190,12 +228,15 @@ class FakeSampler:
         params: SamplingParams,
         banned: Sequence[int],
         script: bytes | None = None,
+        *,
+        stochastic: bool = False,
     ) -> None:
         self.ctx = ctx
         self.params = params
         self.banned = set(banned)
         self.bias = dict(params.logit_bias)
         self.script = list(script) if script is not None else None
+        self.rng = random.Random(params.seed) if stochastic and params.temperature > 0 else None
         self.closed = False
 
     def sample(self, row: int) -> int:
@@ -204,10 +245,13 @@ class FakeSampler:
     def sample_logits(self, logits: Any) -> int:
         if self.script is not None:
             return self.script.pop(0) if self.script else EOS
-        best = max(
+        best = -max(
             (v + self.bias.get(i, 0.0), -i) for i, v in enumerate(logits) if i not in self.banned
-        )
-        return -best[1]
+        )[1]
+        if self.rng is None or best >= 256 or best < ord("a") or best > ord("z"):
+            return best
+        # Above temperature 0: the best letter three times in four, else the next letter.
+        return best if self.rng.random() < 0.75 else ord("a") + (best - ord("a") + 1) % 26
 
     def close(self) -> None:
         self.closed = True
@@ -222,12 +266,24 @@ class FakeLlama:
     eos = EOS
     architecture = "fake"
 
-    def __init__(self, faults: Faults | None = None, script: bytes | None = None) -> None:
+    def __init__(
+        self,
+        faults: Faults | None = None,
+        script: bytes | None = None,
+        *,
+        copying: bool = False,
+        stochastic: bool = False,
+    ) -> None:
         self.faults = faults or Faults()
+        self.stochastic = stochastic
+        self.rule = copy_token if copying else next_token
         #: What every sampler writes instead of the greedy output (see FakeSampler).
         self.script = script
         self.contexts: list[FakeContext] = []
         self.samplers: list[FakeSampler] = []
+        #: Adapters loaded and not freed, and how many loads ran.
+        self.adapters: list[FakeAdapter] = []
+        self.num_adapter_loads = 0
 
     @property
     def ctx(self) -> FakeContext:
@@ -257,7 +313,7 @@ class FakeLlama:
             raise BadRequest("grammar: no root rule", param="grammar")
 
     def new_context(self, params: ContextParams) -> FakeContext:
-        ctx = FakeContext(params, self.faults)
+        ctx = FakeContext(params, self.faults, self.rule)
         self.contexts.append(ctx)
         return ctx
 
@@ -268,6 +324,18 @@ class FakeLlama:
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
     ) -> FakeSampler:
         assert isinstance(ctx, FakeContext)
-        sampler = FakeSampler(ctx, params, banned, self.script)
+        sampler = FakeSampler(ctx, params, banned, self.script, stochastic=self.stochastic)
         self.samplers.append(sampler)
         return sampler
+
+    def load_adapter(self, path: str) -> FakeAdapter:
+        kind, _, shift = path.partition(":")
+        if kind != "shift" or not shift.isdigit():
+            raise BadRequest(f"{path} is not a LoRA adapter for this model", param="lora_path")
+        adapter = FakeAdapter(path, int(shift))
+        self.adapters.append(adapter)
+        self.num_adapter_loads += 1
+        return adapter
+
+    def free_adapter(self, adapter: Any) -> None:
+        self.adapters.remove(adapter)

@@ -134,3 +134,30 @@ def convert_minilm(src: Path, dest: Path, *, rerank_head_seed: int | None = None
     w.write_tensors_to_file()
     w.close()
     return dest
+
+
+def make_lora(base: Path, dest: Path, *, seed: int, rank: int = 8, scale: float = 0.5) -> Path:
+    """Write a GGUF LoRA adapter for the model in `base` to `dest`: random lora_a/lora_b
+    pairs for every attention-output and FFN-down weight, large enough to change greedy
+    output (SmolLM2: "The capital of France is" goes from " Paris." to other text), and
+    different for every `seed`."""
+    model = gguf.GGUFReader(str(base))
+    arch = str(model.fields["general.architecture"].contents())
+    w = gguf.GGUFWriter(str(dest), arch)
+    w.add_string("general.type", "adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", float(2 * rank))
+    rng = np.random.default_rng(seed)
+    for t in model.tensors:
+        if not t.name.endswith(("attn_output.weight", "ffn_down.weight")):
+            continue
+        n_in, n_out = int(t.shape[0]), int(t.shape[1])  # ggml order: [n_in, n_out]
+        a = rng.standard_normal((rank, n_in)) * scale / np.sqrt(n_in)
+        b = rng.standard_normal((n_out, rank)) * scale
+        w.add_tensor(t.name + ".lora_a", a.astype(np.float32))
+        w.add_tensor(t.name + ".lora_b", b.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dest

@@ -33,9 +33,14 @@ class Rig:
         max_waiting: int = 256,
         queue_timeout_s: float = 60.0,
         park_budget_bytes: int = 1 << 30,
+        max_active_adapters: int = 4,
+        copying: bool = False,
+        stochastic: bool = False,
+        speculative: bool = False,
+        spec_draft_max: int = 8,
     ) -> None:
         self.loop = asyncio.get_running_loop()
-        self.fake = FakeLlama(faults)
+        self.fake = FakeLlama(faults, copying=copying, stochastic=stochastic)
         self.notices: list[Notice] = []
         config = WorkerConfig(
             n_ctx=n_ctx,
@@ -50,6 +55,9 @@ class Rig:
             max_waiting=max_waiting,
             queue_timeout_s=queue_timeout_s,
             park_budget_bytes=park_budget_bytes,
+            max_active_adapters=max_active_adapters,
+            speculative=speculative,
+            spec_draft_max=spec_draft_max,
         )
         self.worker = Worker(0, self.fake, config, template(), self.loop, self.notices.append)
         self.worker.open()

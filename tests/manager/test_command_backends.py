@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from juggler.errors import LoadFailed
+from juggler.logbook import LogBook
 from juggler.manager import Manager, ServerState
 from juggler.types import Device, ModelInfo
 
-from .conftest import FakeRegistry, Fakes, run, running, settings, until
+from .conftest import FakeRegistry, Fakes, resolve_path, run, running, settings, until
 
 pytestmark = pytest.mark.slow
 
@@ -224,5 +225,32 @@ def test_vendor_presets_run_their_executables(
             assert fakes.alive() == ["flm-emb", "flm-llm"]
             await m.load("whisper")
             assert names(m) == ["whisper"] and fakes.alive() == ["whisper"]
+
+    run(scenario())
+
+
+def test_backend_output_reaches_its_log_file_and_the_logbook(fakes: Fakes) -> None:
+    """Issue 15: the dashboard shows each backend's output; a failed load still quotes the
+    backend's last words (read back from its log file after the pipe drained)."""
+    reg = FakeRegistry(fakes.model("a"), fakes.model("broken", args="--fail 'weights are corrupt'"))
+    book = LogBook()
+
+    async def scenario() -> None:
+        manager = Manager(settings(), reg, resolve=resolve_path, logbook=book)
+        await manager.start()
+        try:
+            await manager.load("a")
+            with pytest.raises(LoadFailed, match="weights are corrupt"):
+                await manager.load("broken")
+            log_dir = manager.log_dir
+            assert log_dir is not None
+            logs = {p.name: p.read_text() for p in log_dir.iterdir()}
+        finally:
+            await manager.stop()
+        assert any("weights are corrupt" in text for name, text in logs.items() if "broken" in name)
+        broken, _ = book.query(source="broken")
+        assert [line.text for line in broken][0].startswith("[juggler] backend started: pid ")
+        assert "weights are corrupt" in [line.text for line in broken]
+        assert book.query(source="a")[0]
 
     run(scenario())

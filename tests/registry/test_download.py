@@ -1,66 +1,36 @@
-"""Hugging Face downloads, against a local stand-in hub on loopback."""
+"""Hugging Face downloads through `huggingface_hub`, against a stand-in hub on loopback."""
 
 from __future__ import annotations
 
 import errno
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from huggingface_hub import constants as hf_constants
 
-from juggler.errors import CheckpointMissing, HubUnreachable, InsufficientStorage
+from juggler.errors import CheckpointMissing, ChecksumMismatch, HubUnreachable, InsufficientStorage
+from juggler.registry import download as dl
 from juggler.registry.checkpoint import HfRef, resolve_path
-from juggler.registry.download import choose_file, download
+from juggler.registry.download import Progress, choose_file, download, partial_path
+from tests.registry.hub import StandInHub, running_hub
 
-FILES = {
-    "README.md": b"# demo",
-    "tiny-Q4_0.gguf": b"GGUF" + b"\x00" * 1000,
-    "tiny-Q8_0.gguf": b"GGUF" + b"\x01" * 2000,
-}
-
-
-class Hub(BaseHTTPRequestHandler):
-    requests: list[str] = []
-
-    def do_GET(self) -> None:
-        Hub.requests.append(self.path)
-        if self.path == "/api/models/acme/tiny-GGUF/tree/main":
-            body = json.dumps(
-                [{"type": "file", "path": p, "size": len(b)} for p, b in FILES.items()]
-            ).encode()
-        elif (
-            self.path.startswith("/acme/tiny-GGUF/resolve/main/")
-            and self.path.rsplit("/", 1)[1] in FILES
-        ):
-            body = FILES[self.path.rsplit("/", 1)[1]]
-        else:
-            self.send_response(404)
-            self.end_headers()
-            return
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+Q8 = b"GGUF" + bytes(range(256)) * 40  # 10 KiB: an "LFS" file, checked by SHA-256
+FILES = {"README.md": b"# demo", "tiny-Q4_0.gguf": b"GGUF" + b"\x00" * 1000, "tiny-Q8_0.gguf": Q8}
+REF = HfRef("acme", "tiny-GGUF", "Q8_0")
 
 
 @pytest.fixture
-def hub() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StandInHub]:
+    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
+    with running_hub({"acme/tiny-GGUF": dict(FILES)}) as h:
+        yield h
+
+
+def leftovers(root: Path) -> list[str]:
+    return [p.name for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
 
 
 def test_choose_file_by_quant() -> None:
@@ -71,27 +41,81 @@ def test_choose_file_by_quant() -> None:
         choose_file(files, "Q2_K")
 
 
-def test_download_then_resolve(hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
+def test_download_then_resolve_and_a_cached_file_is_not_fetched_again(
+    hub: StandInHub, tmp_path: Path
+) -> None:
     with pytest.raises(CheckpointMissing, match="not downloaded"):
         resolve_path("acme/tiny-GGUF:Q8_0")
-    path = download(HfRef("acme", "tiny-GGUF", "Q8_0"), endpoint=hub)
-    assert path.read_bytes() == FILES["tiny-Q8_0.gguf"]
+    path = download(REF, endpoint=hub.url)
+    assert path.read_bytes() == Q8
     assert resolve_path("acme/tiny-GGUF:Q8_0") == path
-    Hub.requests.clear()
-    assert download(HfRef("acme", "tiny-GGUF", "Q8_0"), endpoint=hub) == path
-    assert not any("resolve" in r for r in Hub.requests), "a cached file is not fetched again"
+    asked = len(hub.requests)
+    assert download(REF, endpoint=hub.url) == path
+    assert len(hub.requests) == asked, "a downloaded file needs no hub (it works offline)"
+    assert leftovers(tmp_path) == ["tiny-Q8_0.gguf"]
 
 
-def test_unknown_repo_is_checkpoint_missing(
-    hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_small_file_is_checked_by_its_git_blob_id(hub: StandInHub) -> None:
+    path = download(HfRef("acme", "tiny-GGUF", "Q4_0"), endpoint=hub.url)
+    assert path.read_bytes() == FILES["tiny-Q4_0.gguf"]
+
+
+def test_progress_events_arrive_and_end_at_the_file_size(hub: StandInHub) -> None:
+    events: list[Progress] = []
+    download(REF, endpoint=hub.url, on_progress=events.append)
+    assert events and all(e.file == "tiny-Q8_0.gguf" and e.total_files == 1 for e in events)
+    assert events[-1].bytes_downloaded == events[-1].bytes_total == len(Q8)
+    assert events[-1].percent == 100
+    done = [e.bytes_downloaded for e in events]
+    assert done == sorted(done), "progress never goes backwards"
+
+
+def test_a_dropped_connection_resumes_with_a_range_request(
+    hub: StandInHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
-    with pytest.raises(CheckpointMissing, match="not found"):
-        download(HfRef("acme", "nope", None), endpoint=hub)
+    """Issue 13: "interrupted download resumes". huggingface_hub hands bytes over in
+    chunks (10 MiB); smaller chunks let a 10 KiB file show it."""
+    monkeypatch.setattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 1000)
+    hub.cut_after["tiny-Q8_0.gguf"] = 3000
+    path = download(REF, endpoint=hub.url)
+    assert path.read_bytes() == Q8
+    assert hub.gets_of("tiny-Q8_0.gguf") == [None, "bytes=3000-"]
 
 
-def test_an_unreachable_hub_is_a_clear_502(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_pull_continues_from_its_partial_file(
+    hub: StandInHub, tmp_path: Path
+) -> None:
+    """A pull that stopped (server killed mid-download) left `.partial`; the next pull
+    fetches only the rest."""
+    target = tmp_path / "models" / "acme--tiny-GGUF" / "tiny-Q8_0.gguf"
+    target.parent.mkdir(parents=True)
+    partial_path(target).write_bytes(Q8[:4000])
+    assert download(REF, endpoint=hub.url).read_bytes() == Q8
+    assert hub.gets_of("tiny-Q8_0.gguf") == ["bytes=4000-"]
+    assert not partial_path(target).exists()
+
+
+def test_a_corrupt_download_is_detected_and_deleted(hub: StandInHub, tmp_path: Path) -> None:
+    """Issue 13: "a corrupt file is detected"."""
+    hub.corrupt["tiny-Q8_0.gguf"] = Q8[:-1] + b"X"
+    with pytest.raises(ChecksumMismatch, match="corrupt") as err:
+        download(REF, endpoint=hub.url)
+    assert err.value.status == 502 and err.value.code == "checksum_mismatch"
+    assert leftovers(tmp_path) == [], "a corrupt file never looks downloaded"
+    hub.corrupt.clear()
+    assert download(REF, endpoint=hub.url).read_bytes() == Q8
+
+
+def test_unknown_repo_or_quant_is_checkpoint_missing(hub: StandInHub) -> None:
+    with pytest.raises(CheckpointMissing, match="not found|no such"):
+        download(HfRef("acme", "nope", None), endpoint=hub.url)
+    with pytest.raises(CheckpointMissing, match="Q2_K"):
+        download(HfRef("acme", "tiny-GGUF", "Q2_K"), endpoint=hub.url)
+
+
+def test_an_unreachable_hub_is_a_clear_502_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
     with pytest.raises(HubUnreachable, match="cannot reach the model hub") as err:
         download(HfRef("org", "repo", None), endpoint="http://127.0.0.1:9")
@@ -99,23 +123,31 @@ def test_an_unreachable_hub_is_a_clear_502(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_a_full_disk_is_a_clear_507_and_leaves_no_partial_file(
-    hub: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    hub: StandInHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 10's chaos: "fill the disk during a pull"."""
-    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
-    real_open = Path.open
+    real_write = dl._CountingFile.write
 
-    def full_disk(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if "w" in mode and self.name.endswith(".tmp"):
-            f = real_open(self, mode, *args, **kwargs)
-            f.write(b"GG")  # a partial file exists when the disk fills up
-            f.close()
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_open(self, mode, *args, **kwargs)
+    def full_disk(self: Any, data: bytes) -> int:
+        real_write(self, data[:2])  # a partial file exists when the disk fills up
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(Path, "open", full_disk)
+    monkeypatch.setattr(dl._CountingFile, "write", full_disk)
     with pytest.raises(InsufficientStorage, match="no space left") as err:
-        download(HfRef("acme", "tiny-GGUF", "Q8_0"), endpoint=hub)
+        download(REF, endpoint=hub.url)
     assert err.value.status == 507
-    left = [p.name for p in tmp_path.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
-    assert left == []
+    assert leftovers(tmp_path) == []
+
+
+def test_concurrent_pulls_of_one_file_download_it_once(hub: StandInHub) -> None:
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(download(REF, endpoint=hub.url)))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(results) == 4 and len(set(results)) == 1
+    assert len(hub.gets_of("tiny-Q8_0.gguf")) == 1

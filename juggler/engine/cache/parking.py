@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from juggler.engine.cache.prefix_cache import MIN_USEFUL_REUSE, common_prefix_len
+from juggler.engine.schedule.messages import AdapterRef
 
 
 @dataclass(eq=False)
@@ -28,6 +29,12 @@ class Parked:
     #: The sequence's KV as `Context.seq_state()` copied it.
     state: Any
     last_used: int
+    #: The LoRA adapter its KV was made with (only prompts run with it may reuse it).
+    adapter: AdapterRef | None = None
+
+    @property
+    def adapter_id(self) -> str | None:
+        return self.adapter.adapter_id if self.adapter is not None else None
 
 
 class ParkedStore:
@@ -48,11 +55,16 @@ class ParkedStore:
         while self.cells > self.max_cells:
             self.entries.pop(0)
 
-    def best(self, prompt: Sequence[int], better_than: int) -> tuple[Parked, int] | None:
-        """The entry sharing the longest prefix with `prompt`, if that prefix is longer
-        than `better_than` (what the KV cache already offers) and worth a restore."""
+    def best(
+        self, prompt: Sequence[int], better_than: int, adapter: str | None = None
+    ) -> tuple[Parked, int] | None:
+        """The entry (made with `adapter`) sharing the longest prefix with `prompt`, if
+        that prefix is longer than `better_than` (what the KV cache already offers) and
+        worth a restore."""
         found: tuple[Parked, int] | None = None
         for p in self.entries:
+            if p.adapter_id != adapter:
+                continue
             n = common_prefix_len(p.tokens, prompt)
             if n > better_than and n >= MIN_USEFUL_REUSE and (found is None or n > found[1]):
                 found = (p, n)

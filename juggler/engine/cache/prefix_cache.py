@@ -51,6 +51,8 @@ class CachedSeq:
     key: int
     tokens: tuple[int, ...]
     last_used: int
+    #: The LoRA adapter its KV was made with: only requests with the same one reuse it.
+    adapter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,13 @@ class Reuse:
 
 
 def choose_reuse(
-    cached: Iterable[CachedSeq], free_keys: Sequence[int], prompt: Sequence[int]
+    cached: Iterable[CachedSeq],
+    free_keys: Sequence[int],
+    prompt: Sequence[int],
+    adapter: str | None = None,
 ) -> Reuse:
-    """Pick a sequence for a prompt: the longest shared prefix wins; ties go to the most
-    recently used. Without any shared prefix take a free key, so another conversation's
+    """Pick a sequence for a prompt run with `adapter`: the longest shared prefix of a
+    sequence cached with the same adapter wins; ties go to the most recently used. Without any shared prefix take a free key, so another conversation's
     cached prefix survives (the cell budget, not this choice, bounds what caching
     costs), else recycle the least recently used cached sequence. `Reuse(None, 0)` means
     every sequence is busy."""
@@ -75,7 +80,7 @@ def choose_reuse(
     for c in cached:
         if lru is None or c.last_used < lru.last_used:
             lru = c
-        n = common_prefix_len(c.tokens, prompt)
+        n = common_prefix_len(c.tokens, prompt) if c.adapter == adapter else 0
         if n > best_len or (
             n == best_len and n > 0 and best is not None and c.last_used > best.last_used
         ):
@@ -124,10 +129,13 @@ def choose_evictions(cached: Iterable[CachedSeq], cells_needed: int) -> list[int
     return out
 
 
-def prefix_keys(tokens: Sequence[int], block: int = AFFINITY_BLOCK) -> tuple[int, ...]:
-    """Chained hashes of each whole `block` of the prompt (short prompts: none)."""
+def prefix_keys(
+    tokens: Sequence[int], block: int = AFFINITY_BLOCK, adapter: str | None = None
+) -> tuple[int, ...]:
+    """Chained hashes of each whole `block` of the prompt (short prompts: none); the
+    same prompt under another LoRA adapter hashes differently (its KV differs)."""
     out: list[int] = []
-    h = 0
+    h = hash(adapter) if adapter is not None else 0
     for end in range(block, len(tokens) + 1, block):
         h = hash((h, tuple(tokens[end - block : end])))
         out.append(h)

@@ -41,6 +41,14 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
         "tokens_running": sum(s.tokens_running for s in snaps),
         "tokens_waiting": sum(s.tokens_waiting for s in snaps),
         "max_token_capacity": total,
+        "spec_draft_tokens_total": sum(s.spec_drafted for s in snaps),
+        "spec_accepted_tokens_total": sum(s.spec_accepted for s in snaps),
+        "lora": {
+            "loaded": sorted({a for s in snaps for a in s.adapters_loaded}),
+            "running": sorted({a for s in snaps for a in s.adapters_running}),
+            "waiting": sorted({a for s in snaps for a in s.adapters_waiting}),
+            "max_active": engine.config.flags.max_active_adapters if engine.is_llm else 0,
+        },
     }
 
 

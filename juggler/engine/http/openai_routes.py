@@ -20,10 +20,16 @@ from juggler.api import openai as api
 from juggler.api import sse
 from juggler.engine.http import responses as shape
 from juggler.engine.http.choices import Choice, chat_logprobs, completion_logprobs, openai_finish
-from juggler.engine.http.requests import choice_params, format_grammar, sampling_params
+from juggler.engine.http.requests import (
+    adapter_ref,
+    choice_params,
+    format_grammar,
+    sampling_params,
+)
 from juggler.engine.http.streaming import collect, merged, sse_response
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.runtime import Engine
+from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamSink
 from juggler.engine.structured.tools import (
     ToolCaps,
@@ -36,15 +42,22 @@ from juggler.errors import BadRequest
 
 
 async def start_choices(
-    engine: Engine, prompt: list[int], params: list[SamplingParams], t0: float, *, stream: bool
+    engine: Engine,
+    prompt: list[int],
+    params: list[SamplingParams],
+    t0: float,
+    *,
+    stream: bool,
+    adapter: AdapterRef | None = None,
 ) -> list[StreamSink]:
-    """One generation per choice; if one cannot start, those started are cancelled."""
+    """One generation per choice (with the request's LoRA adapter, if any); if one
+    cannot start, those started are cancelled."""
     if params[0].grammar is not None:
         engine.model.check_grammar(params[0].grammar)
     sinks: list[StreamSink] = []
     try:
         for p in params:
-            sinks.append(await engine.complete(prompt, p, t0, incremental=stream))
+            sinks.append(await engine.complete(prompt, p, t0, incremental=stream, adapter=adapter))
     except BaseException:
         for sink in sinks:
             sink.cancel()
@@ -87,7 +100,14 @@ async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: R
     prompt = render(engine, messages, template_tools)
     params = chat_sampling(engine, body, plan)
     n = body.num_choices
-    sinks = await start_choices(engine, prompt, choice_params(params, n), t0, stream=body.stream)
+    sinks = await start_choices(
+        engine,
+        prompt,
+        choice_params(params, n),
+        t0,
+        stream=body.stream,
+        adapter=adapter_ref(body.juggler_adapter),
+    )
     name, piece = engine.config.model_name, engine.model.piece
     rid = shape.new_id("chatcmpl")
     wants_logprobs = params.top_logprobs is not None
@@ -144,7 +164,14 @@ async def completions(engine: Engine, body: api.CompletionRequest, request: Requ
     params = sampling_params(body, engine.config.flags.ctx_size, n_vocab=engine.model.n_vocab)
     params = dataclasses.replace(params, top_logprobs=body.logprobs)
     n = body.num_choices
-    sinks = await start_choices(engine, prompt, choice_params(params, n), t0, stream=body.stream)
+    sinks = await start_choices(
+        engine,
+        prompt,
+        choice_params(params, n),
+        t0,
+        stream=body.stream,
+        adapter=adapter_ref(body.juggler_adapter),
+    )
     name, piece = engine.config.model_name, engine.model.piece
     rid = shape.new_id("cmpl")
     wants_logprobs = body.logprobs is not None

@@ -11,9 +11,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from juggler.api.openai import ChatMessage, SamplingBody
+from juggler.api.openai import AdapterSpec, ChatMessage, SamplingBody
 from juggler.api.structured import ResponseFormat
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.structured.grammar import guard, json_object_grammar, schema_grammar
 from juggler.errors import BadRequest
 
@@ -42,6 +43,7 @@ def sampling_params(
         ignore_eos=body.ignore_eos,
         grammar=extension_grammar(body),
         logit_bias=logit_bias(body.logit_bias, n_vocab),
+        speculative=body.speculative,
     )
 
 
@@ -96,3 +98,8 @@ def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
 def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """Chat messages as a chat template reads them ({"role", "content"} with text only)."""
     return [m.as_template_input() for m in messages]
+
+
+def adapter_ref(spec: AdapterSpec | None) -> AdapterRef | None:
+    """The LoRA adapter the router asked this request to run with."""
+    return AdapterRef(spec.id, spec.path) if spec is not None else None

@@ -19,6 +19,7 @@ from fastapi import Request
 from juggler.api.openai import ChatMessage
 from juggler.api.responses import ResponsesRequest
 from juggler.engine.http.choices import Choice
+from juggler.engine.http.requests import adapter_ref
 from juggler.engine.http.response_shapes import EventNumbers, OutputItems, response_object
 from juggler.engine.http.response_store import ResponseStore, StoredResponse
 from juggler.engine.http.streaming import collect, merged, sse_response
@@ -101,7 +102,8 @@ async def create(
         full, template_tools = chat_messages([*system, *turns], plan, caps)
         delta = full[len(prior) :]
     else:
-        sid = str((await engine.create_session())["session_id"])
+        adapter = adapter_ref(body.juggler_adapter)
+        sid = str((await engine.create_session(adapter))["session_id"])
         delta, template_tools = chat_messages([*system, *turns], plan, caps)
     try:
         await engine.append_input(sid, messages=delta, tools=template_tools)

@@ -28,7 +28,7 @@ from juggler.api.responses import RESPONSE_ID, RESPONSE_ID_HEADER, ResponsesRequ
 from juggler.engine.http import memory, openai_routes, responses_api
 from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
-from juggler.engine.http.requests import sampling_params, template_messages
+from juggler.engine.http.requests import adapter_ref, sampling_params, template_messages
 from juggler.engine.http.response_store import ResponseStore
 from juggler.engine.http.streaming import stream
 from juggler.engine.runtime import Engine
@@ -147,7 +147,18 @@ def create_app(engine: Engine) -> FastAPI:
     # -- sessions --------------------------------------------------------------------
     @app.post("/v1/sessions")
     async def create_session(request: Request) -> dict[str, Any]:
-        return await engine.create_session()
+        raw = await request.body()
+        body = (
+            api.BackendSessionCreate.model_validate_json(raw)
+            if raw.strip()
+            else api.BackendSessionCreate()
+        )
+        return await engine.create_session(adapter_ref(body.juggler_adapter))
+
+    @app.delete("/internal/adapters/{adapter_id}")
+    async def drop_adapter(adapter_id: str) -> dict[str, Any]:
+        """Unload an unregistered LoRA adapter (the router asks; 409 while in use)."""
+        return await engine.drop_adapter(adapter_id)
 
     @app.post("/v1/sessions/{session_id}/input")
     async def session_input(session_id: str, body: api.SessionInput) -> dict[str, Any]:
@@ -181,6 +192,22 @@ def create_app(engine: Engine) -> FastAPI:
     @app.delete("/v1/sessions/{session_id}")
     async def session_end(session_id: str) -> dict[str, Any]:
         return await engine.end_session(session_id)
+
+    # -- tokens (llama.cpp server's /tokenize and /detokenize) -----------------------
+    @app.post("/tokenize")
+    async def tokenize(body: api.TokenizeRequest) -> dict[str, Any]:
+        return {"tokens": engine.model.tokenize(body.content, add_special=body.add_special)}
+
+    @app.post("/detokenize")
+    async def detokenize(body: api.DetokenizeRequest) -> dict[str, Any]:
+        n_vocab = engine.model.n_vocab
+        bad = next((t for t in body.tokens if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise BadRequest(
+                f"token {bad} is outside the vocabulary (0..{n_vocab - 1})", param="tokens"
+            )
+        text = b"".join(engine.model.piece(t) for t in body.tokens)
+        return {"content": text.decode("utf-8", errors="replace")}
 
     # -- embeddings / reranking ------------------------------------------------------
     @app.post("/v1/embeddings")

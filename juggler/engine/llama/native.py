@@ -24,7 +24,7 @@ from juggler.engine.llama.native_context import Batch, Context
 from juggler.engine.llama.native_sampler import Sampler, check_grammar
 from juggler.engine.llama.ports import ContextParams, LlamaContext
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.errors import CheckpointMissing, EngineError, LoadFailed
+from juggler.errors import BadRequest, CheckpointMissing, EngineError, LoadFailed
 
 log = logging.getLogger(__name__)
 
@@ -157,3 +157,20 @@ class Model:
     def check_grammar(self, grammar: str) -> None:
         """BadRequest when llama.cpp cannot parse the GBNF grammar (any thread)."""
         check_grammar(self.vocab, grammar)
+
+    # -- LoRA adapters (the worker thread that applies them) -----------------------------
+    def load_adapter(self, path: str) -> Any:
+        """`llama_adapter_lora_init`: llama.cpp checks the file is a LoRA adapter whose
+        architecture and tensor shapes fit this model."""
+        if not os.path.isfile(path):
+            raise BadRequest(f"LoRA adapter file not found: {path}", param="lora_path")
+        handle = C.llama_adapter_lora_init(self.ptr, path.encode())
+        if not handle:
+            raise BadRequest(
+                f"{path} is not a LoRA adapter for {self.architecture} model of this shape",
+                param="lora_path",
+            )
+        return handle
+
+    def free_adapter(self, adapter: Any) -> None:
+        C.llama_adapter_lora_free(adapter)

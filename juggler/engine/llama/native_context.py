@@ -79,6 +79,7 @@ class Context:
         self.pooling = int(C.llama_pooling_type(ctx))
         self.memory: Any = C.llama_get_memory(ctx)
         self.num_removals = 0
+        self._adapter: Any = None
 
     def decode(self, batch: TokenBatch) -> int:
         """Run the model on the batch; 0 on success (llama_decode's return code)."""
@@ -121,6 +122,20 @@ class Context:
         if not ptr:
             raise EngineError(f"llama.cpp returned no logits for batch row {row}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def set_adapter(self, adapter: Any | None) -> None:
+        """Apply one LoRA adapter at scale 1 (or none) to the following decodes."""
+        if adapter is self._adapter:
+            return
+        if adapter is None:
+            rc = C.llama_set_adapters_lora(self.ptr, None, 0, None)
+        else:
+            handles = (C.llama_adapter_lora_p_ctypes * 1)(adapter)
+            scales = (ctypes.c_float * 1)(1.0)
+            rc = C.llama_set_adapters_lora(self.ptr, handles, 1, scales)
+        if rc != 0:
+            raise EngineError(f"llama_set_adapters_lora failed ({rc})")
+        self._adapter = adapter
 
     def embeddings_seq(self, seq_id: int, n: int) -> list[float]:
         """The pooled embedding (or rank scores) of one sequence of the last decode."""

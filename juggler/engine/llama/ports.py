@@ -20,6 +20,8 @@ from juggler.engine.llama.sampling import SamplingParams
 SeqState = Any
 #: A copy of the logits of one batch row (opaque; see `LlamaContext.logits_row`).
 Logits = Any
+#: A LoRA adapter loaded for a model (opaque; see `LlamaModel.load_adapter`).
+Adapter = Any
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,11 @@ class LlamaContext(Protocol):
         """A copy of the logits of batch row `row` of the last decode."""
         ...
 
+    def set_adapter(self, adapter: Adapter | None) -> None:
+        """Apply this LoRA adapter (scale 1) to the following decodes, or none; cheap
+        when it is already the applied one."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -162,4 +169,13 @@ class LlamaModel(Vocab, Protocol):
 
     def check_grammar(self, grammar: str) -> None:
         """Raise BadRequest when llama.cpp cannot parse this GBNF grammar (any thread)."""
+        ...
+
+    def load_adapter(self, path: str) -> Adapter:
+        """Load a GGUF LoRA adapter for this model (on the worker thread that will apply
+        it); raises BadRequest when the file is not one that fits the model."""
+        ...
+
+    def free_adapter(self, adapter: Adapter) -> None:
+        """Free an adapter no context applies any more."""
         ...

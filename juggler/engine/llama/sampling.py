@@ -40,6 +40,8 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     #: None: no log-probabilities; k >= 0: each token's and its k most likely rivals'.
     top_logprobs: int | None = None
+    #: Prompt-lookup speculative decoding for this request; None: the engine's default.
+    speculative: bool | None = None
 
     def resolved_seed(self) -> int:
         return self.seed if self.seed is not None else random.getrandbits(32)

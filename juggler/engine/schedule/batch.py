@@ -9,7 +9,9 @@ with its owner's sampler.
 Policy:
 1. Every generating sequence whose next token is its only pending token gets one decode
    row (with logits). When the batch cannot hold them all, the rotation `start` decides
-   who waits, so over successive ticks everyone advances (round-robin fairness).
+   who waits, so over successive ticks everyone advances (round-robin fairness). A
+   sequence with speculative draft tokens after that token (`num_draft`) gets a row for
+   each, all with logits, as far as the batch has room once every decoder has its row.
 2. Leftover room goes to prefill chunks, each at most `max_prefill_chunk` tokens, and in
    total at most `max_prefill_chunk` while any sequence is decoding, so a long prompt never
    starves the decoders. Sequences with a generation waiting come before input that was
@@ -21,26 +23,30 @@ Policy:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class SeqWork:
-    """One sequence's outstanding work as the scheduler sees it."""
+    """One sequence's outstanding work as the scheduler sees it: `num_pending` tokens, of
+    which the last `num_draft` are speculative drafts (generating sequences only)."""
 
     key: int
     num_pending: int
     is_generating: bool
+    num_draft: int = 0
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """`num_tokens` pending tokens of sequence `key`; logits for the last one if asked."""
+    """`num_tokens` pending tokens of sequence `key`; if `wants_logits`, logits for its
+    last `num_logits` rows (the sampled token and the drafts after it)."""
 
     key: int
     num_tokens: int
     wants_logits: bool
+    num_logits: int = 1
 
 
 @dataclass(frozen=True)
@@ -85,16 +91,24 @@ def schedule(
     chunks: list[Chunk] = []
     deferred: list[int] = []
 
-    decoders = [w for w in ordered if w.is_generating and w.num_pending == 1]
+    decoders = [w for w in ordered if w.is_generating and w.num_pending - w.num_draft == 1]
+    placed: list[tuple[int, SeqWork]] = []
     for w in decoders:
         if budget > 0:
+            placed.append((len(chunks), w))
             chunks.append(Chunk(w.key, 1, True))
             budget -= 1
         else:
             deferred.append(w.key)
+    # Drafts only take room the decoders left, each sequence's as far as it fits.
+    for i, w in placed:
+        extra = min(w.num_draft, budget)
+        if extra > 0:
+            chunks[i] = Chunk(w.key, 1 + extra, True, 1 + extra)
+            budget -= extra
 
     prefill_budget = min(budget, max_prefill_chunk) if chunks else budget
-    prefillers = [w for w in ordered if w.num_pending > 1 and w.is_generating]
+    prefillers = [w for w in ordered if w.num_pending - w.num_draft > 1 and w.is_generating]
     prefillers += [w for w in ordered if w.num_pending > 1 and not w.is_generating]
     for w in prefillers:
         want = schedulable(w)
@@ -105,3 +119,16 @@ def schedule(
         chunks.append(Chunk(w.key, n, w.is_generating and n == w.num_pending))
         prefill_budget -= n
     return BatchPlan(tuple(chunks), tuple(deferred))
+
+
+def group_by_adapter(
+    chunks: Sequence[Chunk], adapter_of: Mapping[int, str | None]
+) -> list[tuple[str | None, tuple[Chunk, ...]]]:
+    """Split a plan's chunks into one decode per LoRA adapter (llama.cpp applies adapters
+    per context, so one decode runs with one adapter): groups in the order their first
+    chunk comes, chunks in plan order within each. `adapter_of` maps a chunk's key to its
+    sequence's adapter (None: the base model)."""
+    groups: dict[str | None, list[Chunk]] = {}
+    for c in chunks:
+        groups.setdefault(adapter_of.get(c.key), []).append(c)
+    return [(adapter, tuple(cs)) for adapter, cs in groups.items()]

@@ -7,8 +7,9 @@ stats, and whether the engine is dead. Routes put commands on the ingress queue
 itself never waits on a worker, so one slow command cannot hold up the queue.
 
 Placement (`choose_worker`, pure): a stateless request goes to the worker that holds the
-longest run of its prompt's prefix blocks unless that worker is full; everything else
-goes to the least-loaded worker, round-robin on ties.
+longest run of its prompt's prefix blocks unless that worker is full; work with a LoRA
+adapter otherwise goes to the worker that last took that adapter (it has it loaded);
+everything else goes to the least-loaded worker, round-robin on ties.
 
 A worker whose thread fails sends `WorkerDied`: from then on the engine is dead, every
 new request is refused with `EngineDead` (503) and /health says so, so that the router's
@@ -27,12 +28,14 @@ from typing import Protocol
 from juggler.api.histogram import TPOT_BUCKETS, TTFT_BUCKETS, Histogram
 from juggler.engine.cache.prefix_cache import best_affinity
 from juggler.engine.schedule.messages import (
+    AdapterRef,
     AppendInput,
     Cancel,
     Command,
     Complete,
     CreateSession,
     Downsize,
+    DropAdapter,
     Embed,
     EndSession,
     Generate,
@@ -105,6 +108,8 @@ class Master:
     _cursor: int = 0
     #: Stateless request id -> its worker, until the request is done.
     _stateless: dict[str, int] = field(default_factory=dict)
+    #: LoRA adapter id -> the worker that last took work with it (it has it loaded).
+    adapter_home: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.loads = [0] * len(self.workers)
@@ -149,11 +154,19 @@ class Master:
             case _ if self.dead is not None:
                 _reject(cmd, EngineDead(self.dead.message))
             case CreateSession(session_id=sid):
-                w = choose_worker(self.loads, self._cursor)
+                w = choose_worker(
+                    self.loads,
+                    self._cursor,
+                    preferred=self._adapter_home(cmd.adapter),
+                    capacity=self.capacity,
+                )
                 self._place(w)
                 self.sessions[sid] = w
+                self._note_adapter(cmd.adapter, w)
                 self.workers[w].submit(cmd)
-            case Downsize(worker_id=wid):
+            case Downsize(worker_id=wid) | DropAdapter(worker_id=wid):
+                if isinstance(cmd, DropAdapter):
+                    self.adapter_home.pop(cmd.adapter_id, None)
                 self.workers[wid].submit(cmd)
             case AppendInput() | Generate() | Cancel() | EndSession():
                 w_opt = self.sessions.get(cmd.session_id)
@@ -163,11 +176,15 @@ class Master:
                 self.workers[w_opt].submit(cmd)
             case Complete() | Embed() | Rerank():
                 keys = cmd.prefix_keys if isinstance(cmd, Complete) else ()
+                adapter = cmd.adapter if isinstance(cmd, Complete) else None
                 preferred = best_affinity(keys, self.affinity)
+                if preferred is None:
+                    preferred = self._adapter_home(adapter)
                 w = choose_worker(
                     self.loads, self._cursor, preferred=preferred, capacity=self.capacity
                 )
                 self._place(w)
+                self._note_adapter(adapter, w)
                 self._stateless[cmd.request_id] = w
                 for key in keys:
                     self.affinity[key] = w
@@ -178,6 +195,14 @@ class Master:
             case _:
                 log.warning("master: unknown command %s", type(cmd).__name__)
                 _reject(cmd, JugglerError(f"unknown command {type(cmd).__name__}"))
+
+    def _adapter_home(self, adapter: AdapterRef | None) -> int | None:
+        """Work with an adapter prefers the worker that has it loaded already."""
+        return self.adapter_home.get(adapter.adapter_id) if adapter is not None else None
+
+    def _note_adapter(self, adapter: AdapterRef | None, worker: int) -> None:
+        if adapter is not None:
+            self.adapter_home[adapter.adapter_id] = worker
 
     def _record(self, stats: RequestStats) -> None:
         self.last_stats = stats

@@ -28,11 +28,22 @@ Reply = asyncio.Future[dict[str, Any]]
 Message = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class AdapterRef:
+    """The LoRA adapter a request runs with (seed 004): the id clients use as the model
+    name, and the adapter's GGUF file, which the router has checked."""
+
+    adapter_id: str
+    path: str
+
+
 # -- session API (routed to the session's worker) ------------------------------------------
 @dataclass(frozen=True, eq=False)
 class CreateSession:
     session_id: str
     reply: Reply
+    #: Every turn of the session runs with this adapter (its KV was made with it).
+    adapter: AdapterRef | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,6 +92,7 @@ class Complete:
     t_arrival: float
     #: The prompt's prefix-block hashes, for the master's worker affinity (prefix_cache).
     prefix_keys: tuple[int, ...] = ()
+    adapter: AdapterRef | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +119,16 @@ class Downsize:
     memory, then free the llama.cpp context. Answers what it freed (or why it did not)."""
 
     worker_id: int
+    reply: Reply
+
+
+@dataclass(frozen=True, eq=False)
+class DropAdapter:
+    """Unload a LoRA adapter from one worker (it was unregistered). Answers whether it was
+    loaded; refused with Conflict while a request of the worker runs with it."""
+
+    worker_id: int
+    adapter_id: str
     reply: Reply
 
 
@@ -143,7 +165,7 @@ class Shutdown:
 
 SessionCommand = AppendInput | Generate | Cancel | EndSession
 StatelessCommand = Complete | Embed | Rerank
-RouteCommand = CreateSession | SessionCommand | StatelessCommand | Downsize
+RouteCommand = CreateSession | SessionCommand | StatelessCommand | Downsize | DropAdapter
 #: What a worker's inbox receives.
 WorkerCommand = RouteCommand | Shutdown
 Notice = SessionGone | RequestDone | WorkerDied

@@ -34,6 +34,11 @@ class WorkerConfig:
     max_waiting: int = MAX_WAITING
     queue_timeout_s: float = QUEUE_TIMEOUT_S
     eager_grace_s: float = EAGER_PREFILL_GRACE_S
+    #: LoRA adapters loaded at once (seed 004's MaxActiveAdapter).
+    max_active_adapters: int = 4
+    #: Prompt-lookup speculative decoding for requests that do not say, and its longest draft.
+    speculative: bool = True
+    spec_draft_max: int = 8
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,13 @@ class WorkerSnapshot:
     context_bytes: int = 0
     num_restores: int = 0
     last_restore_s: float = 0.0
+    #: LoRA (seed 004): adapters loaded; run by generating requests; wanted by waiting ones.
+    adapters_loaded: tuple[str, ...] = ()
+    adapters_running: tuple[str, ...] = ()
+    adapters_waiting: tuple[str, ...] = ()
+    #: Speculative decoding: draft tokens decoded, and accepted, since start.
+    spec_drafted: int = 0
+    spec_accepted: int = 0
 
 
 class Clock:

@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
-from juggler.engine.llama.ports import LlamaContext, Logits, SeqState, TokenBatch
+from juggler.engine.llama.ports import Adapter, LlamaContext, Logits, SeqState, TokenBatch
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,9 @@ class ContextSlot:
 
     def logits_row(self, row: int) -> Logits:
         return self.ensure().logits_row(row)
+
+    def set_adapter(self, adapter: Adapter | None) -> None:
+        self.ensure().set_adapter(adapter)
 
     def close(self) -> None:
         self.release()

@@ -5,24 +5,29 @@ the tokens it samples (the numbered steps are the worker loop's, see `worker`).
 plan is `schedule.batch.schedule()`'s (pure); here it is carried out: the batch rows
 are filled in plan order and the rows that want logits are remembered with their owner
 (`_fill`), so each sampled token goes to the session whose row produced it.
+
+LoRA (seed 004): work runs only once its adapter is loaded (`AdapterSet`); a plan that
+spans several adapters is decoded once per adapter (`schedule.batch.group_by_adapter`),
+each decode with its adapter applied.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 import time
 
 from juggler.engine.llama.ports import LlamaContext, TokenBatch
 from juggler.engine.schedule import batch as batching
+from juggler.engine.schedule.batch import Chunk
 from juggler.engine.schedule.outbox import Outbox
+from juggler.engine.worker.adapters import AdapterSet, busy_adapters
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.session import Session, SessionState
 from juggler.engine.worker.session_api import SessionApi
 from juggler.engine.worker.table import SessionTable
-from juggler.errors import ContextOverflow, EngineError
+from juggler.errors import ContextOverflow, EngineError, JugglerError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,7 @@ class Decoder:
         gens: Generations,
         api: SessionApi,
         outbox: Outbox,
+        adapters: AdapterSet,
         *,
         max_prefill_chunk: int,
         worker_id: int = 0,
@@ -57,6 +63,7 @@ class Decoder:
         self.gens = gens
         self.api = api
         self.outbox = outbox
+        self.adapters = adapters
         self.max_prefill_chunk = max_prefill_chunk
         self.worker_id = worker_id
         self.num_decodes = 0
@@ -73,9 +80,12 @@ class Decoder:
         self.api.admit_waiting()
         # 4. room
         work = [
-            batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits)
+            batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits, s.num_draft)
             for s in sorted(self.table.values(), key=lambda s: s.seq_id)
-            if s.state is not SessionState.CACHED and s.pending and s.has_seq
+            if s.state is not SessionState.CACHED
+            and s.pending
+            and s.has_seq
+            and self._adapter_ready(s)
         ]
         demand = min(sum(batching.schedulable(w) for w in work), self.batch.capacity)
         free = self.kv.make_room(demand)
@@ -89,52 +99,76 @@ class Decoder:
         )
         if plan.is_empty:
             return self._on_stalled(plan.deferred)
-        # 6. decode
+        # 6. decode, one decode per adapter the plan's sequences run with
         by_seq = self.table.by_seq()
-        rows = self._fill(plan, by_seq)
         self.outbox.flush()  # admissions answered now, not after the decode
+        adapter_of = {k: s.adapter_id for k, s in by_seq.items()}
+        for _, chunks in batching.group_by_adapter(plan.chunks, adapter_of):
+            self.adapters.apply(by_seq[chunks[0].key].adapter)
+            if not self._decode(chunks, by_seq):
+                return Outcome.FAILED
+        return Outcome.DECODED
+
+    def _adapter_ready(self, s: Session) -> bool:
+        """Whether `s` may decode now: no adapter, or its adapter is (or gets) loaded."""
+        if self.adapters.is_loaded(s.adapter):
+            return True
+        try:
+            return self.adapters.load(s.adapter, busy_adapters(self.table.values()))
+        except JugglerError as exc:  # the adapter file no longer loads
+            if s.generation is not None:
+                self.gens.finish(s, "error", error=exc)
+            return False
+
+    def _decode(self, chunks: tuple[Chunk, ...], by_seq: dict[int, Session]) -> bool:
+        """Fill the batch with `chunks`, decode, and post-process; False if it failed."""
+        rows = self._fill(chunks, by_seq)
         t0 = time.perf_counter()
         rc = self.ctx.decode(self.batch)
         self.num_decodes += 1
         self.decode_s += time.perf_counter() - t0
         if rc != 0:
-            self._on_decode_failed(plan, by_seq, rc)
-            return Outcome.FAILED
+            self._on_decode_failed(chunks, by_seq, rc)
+            return False
         # 7. post-process
-        for chunk in plan.chunks:
+        drafts: dict[int, list[int]] = {}
+        for chunk in chunks:
             s = by_seq[chunk.key]
             n = chunk.num_tokens
             s.tokens.extend(s.pending[:n])
             del s.pending[:n]
+            if s.num_draft:  # decoded: the token and the drafts that fit; the rest go
+                drafts[s.seq_id] = s.tokens[len(s.tokens) - n + 1 :]
+                s.pending.clear()
+                s.num_draft = 0
             if s.generation is None or s.generation.num_generated == 0:
                 s.num_prefilled += n
         for s, row in rows:
             try:
-                g = s.generation
-                if g is not None:
-                    token = g.sampler.sample(row)
-                    self.gens.on_sampled(s, token, functools.partial(self.ctx.logits_row, row))
+                if s.generation is not None:
+                    self.gens.on_rows(s, row, drafts.get(s.seq_id, []), self.ctx.logits_row)
                 elif s.spec_header is not None:
                     s.saved_logits = self.ctx.logits_row(row)
             except EngineError as exc:  # one request's llama.cpp call failed
                 self.gens.finish(s, "error", error=exc)
-        return Outcome.DECODED
+        return True
 
     def _fill(
-        self, plan: batching.BatchPlan, by_seq: dict[int, Session]
+        self, chunks: tuple[Chunk, ...], by_seq: dict[int, Session]
     ) -> list[tuple[Session, int]]:
-        """Fill the batch with the plan; returns the logit rows with their owners."""
+        """Fill the batch with the chunks; returns each owner's first logit row (a chunk
+        with drafts has a logit row for its token and each draft, in order)."""
         batch = self.batch
         batch.clear()
         rows: list[tuple[Session, int]] = []
-        for chunk in plan.chunks:
+        for chunk in chunks:
             s = by_seq[chunk.key]
             pos = s.n_past
-            last = chunk.num_tokens - 1
+            first = chunk.num_tokens - chunk.num_logits if chunk.wants_logits else chunk.num_tokens
             for j in range(chunk.num_tokens):
-                row = batch.add(s.pending[j], pos + j, s.seq_id, chunk.wants_logits and j == last)
-            if chunk.wants_logits:
-                rows.append((s, row))
+                row = batch.add(s.pending[j], pos + j, s.seq_id, j >= first)
+                if j == first:
+                    rows.append((s, row))
         return rows
 
     def _on_stalled(self, deferred: tuple[int, ...]) -> Outcome:
@@ -155,12 +189,13 @@ class Decoder:
         return Outcome.STALLED
 
     def _on_decode_failed(
-        self, plan: batching.BatchPlan, by_seq: dict[int, Session], rc: int
+        self, chunks: tuple[Chunk, ...], by_seq: dict[int, Session], rc: int
     ) -> None:
+        num_tokens = sum(c.num_tokens for c in chunks)
         log.error(
-            "worker %d: llama_decode returned %d for %d tokens", self.worker_id, rc, plan.num_tokens
+            "worker %d: llama_decode returned %d for %d tokens", self.worker_id, rc, num_tokens
         )
-        for chunk in plan.chunks:
+        for chunk in chunks:
             s = by_seq[chunk.key]
             self.kv.rollback(s, s.n_past)  # undo whatever part of the batch reached the KV
             if s.generation is not None:

@@ -9,10 +9,12 @@ that is too far behind, or an error; `finish` sends the final event with the sta
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from juggler.engine.llama.ports import LlamaModel, Logits
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogprob, token_logprobs
+from juggler.engine.schedule.drafts import DraftLength
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
@@ -21,6 +23,7 @@ from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.policy import overflow_message
 from juggler.engine.worker.session import Generation, Session, SessionState
+from juggler.engine.worker.speculation import Speculation
 from juggler.errors import ContextOverflow, JugglerError, Overloaded
 
 
@@ -53,6 +56,9 @@ class Generations:
         notify: Callable[[Notice], None],
         clock: Clock,
         worker_id: int = 0,
+        *,
+        speculative: bool = False,
+        spec_draft_max: int = 8,
     ) -> None:
         self.model = model
         self.ctx = ctx
@@ -62,6 +68,12 @@ class Generations:
         self.clock = clock
         self.worker_id = worker_id
         self.n_ctx = kv.n_ctx
+        #: Speculative decoding for requests that do not say, and its longest draft.
+        self.speculative = speculative
+        self.spec_draft_max = spec_draft_max
+        #: Draft tokens decoded, and how many of them the samples kept (all generations).
+        self.num_drafted = 0
+        self.num_accepted = 0
 
     def begin(
         self,
@@ -90,21 +102,62 @@ class Generations:
             stop=StopMatcher(params.stop),
             continues_reply=continues_reply,
         )
+        spec = params.speculative if params.speculative is not None else self.speculative
+        if spec:
+            g.spec = Speculation(DraftLength(self.spec_draft_max))
         s.generation = g
         s.state = SessionState.GENERATING
         s.last_used = self.clock.tick
         return g
 
-    def on_sampled(self, s: Session, token: int, logits: Callable[[], Logits]) -> None:
+    def on_rows(
+        self, s: Session, first_row: int, drafts: list[int], row_logits: Callable[[int], Logits]
+    ) -> None:
+        """Sample `s`'s rows of the last decode: `first_row` (after its last token) and one
+        more per draft token decoded after it. In order, each draw is the output's next
+        token; a draft stays in the KV while the draw equals it, and at the first draw
+        that differs (or the end of the generation) the drafts after it are rolled back.
+        Then the next draft is proposed (speculative decoding, see `speculation`)."""
+        g = s.generation
+        assert g is not None
+        kept = 0
+        for j in range(len(drafts) + 1):
+            row = first_row + j
+            token = g.sampler.sample(row)
+            in_kv = j < len(drafts) and token == drafts[j]
+            self.on_sampled(s, token, functools.partial(row_logits, row), in_kv=in_kv)
+            if not in_kv or self.model.is_eog(token):
+                break
+            kept += 1
+            if s.generation is not g:
+                break
+        if drafts:
+            self.num_drafted += len(drafts)
+            self.num_accepted += kept
+            if kept < len(drafts):
+                self.kv.rollback(s, s.n_past - (len(drafts) - kept))
+            if g.spec is not None:
+                g.spec.verified(len(drafts), kept)
+        if s.generation is g and g.spec is not None:
+            g.spec.propose(s, g, self.n_ctx)
+
+    def on_sampled(
+        self, s: Session, token: int, logits: Callable[[], Logits], *, in_kv: bool = False
+    ) -> None:
         """A token sampled for `s` from `logits()` (read only when the request asked for
         log-probabilities): see `on_token`."""
         g = s.generation
         assert g is not None
         k = g.params.top_logprobs
-        self.on_token(s, token, None if k is None else token_logprobs(logits(), token, k))
+        lp = None if k is None else token_logprobs(logits(), token, k)
+        self.on_token(s, token, lp, in_kv=in_kv)
 
-    def on_token(self, s: Session, token: int, logprob: TokenLogprob | None = None) -> None:
-        """One sampled token: stream its text, finish on EOG / stop / budget / full."""
+    def on_token(
+        self, s: Session, token: int, logprob: TokenLogprob | None = None, *, in_kv: bool = False
+    ) -> None:
+        """One sampled token: stream its text, finish on EOG / stop / budget / full. It
+        goes into the pending input (decoded next tick) unless it is `in_kv` already (an
+        accepted draft)."""
         g = s.generation
         assert g is not None
         now = self.clock.now()
@@ -116,7 +169,8 @@ class Generations:
             return
         g.num_generated += 1
         g.token_times.append(now)
-        s.pending.append(token)
+        if not in_kv:
+            s.pending.append(token)
         raw = g.utf8.feed(self.model.piece(token))
         g.raw_parts.append(raw)
         emit, stopped = g.stop.feed(raw)
@@ -153,6 +207,9 @@ class Generations:
             g.text_parts.append(tail)
         stats = request_stats(g, s.num_prefilled)
         g.sampler.close()
+        if s.num_draft:  # drafts not decoded yet are never input
+            del s.pending[-s.num_draft :]
+            s.num_draft = 0
         s.generation = None
         s.num_prefilled = 0
         s.last_used = self.clock.tick

@@ -30,6 +30,7 @@ from juggler.engine.cache.prefix_cache import (
 )
 from juggler.engine.cache.spill import SpillStore, size_of
 from juggler.engine.llama.ports import LlamaContext
+from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.worker.session import NO_SEQ, Session, SessionState
 from juggler.engine.worker.table import SessionTable
 
@@ -171,20 +172,27 @@ class KvBook:
             self.evict(key)
         return key
 
-    def reuse_for(self, prompt: Sequence[int]) -> Reuse:
-        """Where a stateless prompt goes (`prefix_cache.choose_reuse`), after restoring a
-        parked prefix into that sequence when it shares more than the KV cache offers."""
-        reuse = choose_reuse(self.table.cached(), self.table.free_seq_ids(), prompt)
+    def reuse_for(self, prompt: Sequence[int], adapter: str | None = None) -> Reuse:
+        """Where a stateless prompt run with `adapter` goes (`prefix_cache.choose_reuse`),
+        after restoring a parked prefix into that sequence when it shares more than the
+        KV cache offers."""
+        reuse = choose_reuse(self.table.cached(), self.table.free_seq_ids(), prompt, adapter)
         if reuse.key is None:
             return reuse
-        found = self.parked.best(prompt, better_than=reuse.keep)
+        found = self.parked.best(prompt, better_than=reuse.keep, adapter=adapter)
         if found is not None:
             entry, shared = found
             keep = min(shared, len(prompt) - 1)
             reuse = Reuse(reuse.key, keep if self.unpark(entry, reuse.key) else 0)
         return reuse
 
-    def start_ephemeral(self, request_id: str, prompt: Sequence[int], reuse: Reuse) -> Session:
+    def start_ephemeral(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        reuse: Reuse,
+        adapter: AdapterRef | None = None,
+    ) -> Session:
         """The session of a stateless request on sequence `reuse.key`, keeping the first
         `reuse.keep` tokens that the cached sequence there holds; counts the hit."""
         assert reuse.key is not None
@@ -194,6 +202,7 @@ class KvBook:
             is_ephemeral=True,
             tokens=self._take_cached(reuse.key),
             pending=list(prompt[reuse.keep :]),
+            adapter=adapter,
         )
         self.rollback(s, reuse.keep)
         s.num_reused = s.n_past
@@ -234,7 +243,7 @@ class KvBook:
             if len(s.tokens) >= MIN_USEFUL_REUSE:
                 state = self.ctx.seq_state(s.seq_id)
                 if state is not None:
-                    self.parked.add(Parked(tuple(s.tokens), state, s.last_used))
+                    self.parked.add(Parked(tuple(s.tokens), state, s.last_used, s.adapter))
             self.evict(s.seq_id)
 
     def unpark(self, entry: Parked, seq_id: int) -> bool:
@@ -255,6 +264,7 @@ class KvBook:
                 state=SessionState.CACHED,
                 tokens=list(entry.tokens),
                 last_used=entry.last_used,
+                adapter=entry.adapter,
             )
         )
         return True

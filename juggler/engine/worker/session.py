@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from juggler.engine.llama.chat import ChatState
 from juggler.engine.llama.ports import Logits, TokenSampler
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, Utf8Assembler
+from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.schedule.stream import StreamSink
+
+if TYPE_CHECKING:
+    from juggler.engine.worker.speculation import Speculation
 
 #: `Session.seq_id` of a parked session: it holds no sequence of the KV cache.
 NO_SEQ = -1
@@ -64,6 +68,8 @@ class Generation:
     text_parts: list[str] = field(default_factory=list)
     #: The raw text of every token that stays in the sequence (stop strings included).
     raw_parts: list[str] = field(default_factory=list)
+    #: Prompt-lookup speculative decoding (None: off for this generation).
+    spec: Speculation | None = None
 
 
 @dataclass(eq=False)
@@ -88,6 +94,14 @@ class Session:
     saved_logits: Logits | None = None
     #: A parked session's KV, copied out of its former sequence (None: nothing to copy).
     parked_kv: Any = None
+    #: The LoRA adapter every decode of this session runs with (seed 004).
+    adapter: AdapterRef | None = None
+    #: How many of the last pending tokens are speculative drafts (see `speculation`).
+    num_draft: int = 0
+
+    @property
+    def adapter_id(self) -> str | None:
+        return self.adapter.adapter_id if self.adapter is not None else None
 
     @property
     def has_seq(self) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from juggler.engine.cache.prefix_cache import Reuse
 from juggler.engine.schedule.messages import (
+    AdapterRef,
     AppendInput,
     Cancel,
     Complete,
@@ -26,6 +27,7 @@ from juggler.engine.schedule.messages import (
     SessionGone,
 )
 from juggler.engine.schedule.outbox import Outbox
+from juggler.engine.worker.adapters import AdapterSet, busy_adapters
 from juggler.engine.worker.config import MAX_WAITING, QUEUE_TIMEOUT_S, Clock
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.inputs import SessionInputs
@@ -60,11 +62,13 @@ class SessionApi:
         outbox: Outbox,
         notify: Callable[[Notice], None],
         clock: Clock,
+        adapters: AdapterSet,
         worker_id: int = 0,
         *,
         max_waiting: int = MAX_WAITING,
         queue_timeout_s: float = QUEUE_TIMEOUT_S,
     ) -> None:
+        self.adapters = adapters
         self.table = table
         self.kv = kv
         self.inputs = inputs
@@ -84,9 +88,17 @@ class SessionApi:
     def create(self, cmd: CreateSession) -> None:
         """A new session on a free sequence (parking the least recently used idle session
         if every sequence is held); if all are generating, it starts parked and takes a
-        sequence on its first input."""
+        sequence on its first input. A session with a LoRA adapter loads it now if there
+        is room (a file that does not fit the model is refused here)."""
+        if self.adapters.can_serve(cmd.adapter, self._busy()):
+            self.adapters.load(cmd.adapter, self._busy())
         seq = self._free_seq()
-        s = Session(cmd.session_id, NO_SEQ if seq is None else seq, last_used=self.clock.tick)
+        s = Session(
+            cmd.session_id,
+            NO_SEQ if seq is None else seq,
+            last_used=self.clock.tick,
+            adapter=cmd.adapter,
+        )
         self.table.add(s)
         self.outbox.resolve(cmd.reply, {"session_id": s.session_id})
 
@@ -101,6 +113,9 @@ class SessionApi:
                 self.kv.park_session(victim)
                 seq = self.kv.take_seq()
         return seq
+
+    def _busy(self) -> set[str]:
+        return busy_adapters(self.table.values())
 
     def _unpark(self, s: Session) -> bool:
         """Give a parked session a sequence back (and its KV); False when every sequence
@@ -133,7 +148,7 @@ class SessionApi:
         s = self.table.api_session(cmd.session_id)
         if s.generation is not None or self.pending.has(s.session_id):
             raise Conflict("the session is already generating")
-        if not self._unpark(s):
+        if not self._unpark(s) or not self.adapters.load(s.adapter, self._busy()):
             self._check_room_to_wait()
             self.pending.add(cmd, self.clock.now())
             return  # answered when a sequence frees up (see admit_waiting)
@@ -186,12 +201,24 @@ class SessionApi:
         """Start waiting stateless requests in order while sequences and cells allow (see
         `policy.admit_stateless`), parking idle sessions for a sequence; a request that
         can never fit is refused, one whose client left is dropped, and one that waited
-        `queue_timeout_s` is answered 429."""
+        `queue_timeout_s` is answered 429.
+
+        A request whose LoRA adapter cannot be loaded (every adapter slot busy) waits;
+        requests behind it may pass only if they need no adapter, so adapters take
+        turns in arrival order and none starves."""
         self._expire_waiting()
         self._admit_generates()
-        while self.waiting:
-            cmd = self.waiting[0]
-            reuse = self.kv.reuse_for(cmd.prompt)
+        i = 0
+        adapter_blocked = False
+        while i < len(self.waiting):
+            cmd = self.waiting[i]
+            if cmd.adapter is not None and (
+                adapter_blocked or not self.adapters.can_serve(cmd.adapter, self._busy())
+            ):
+                adapter_blocked = True
+                i += 1
+                continue
+            reuse = self.kv.reuse_for(cmd.prompt, cmd.adapter.adapter_id if cmd.adapter else None)
             if reuse.key is None:
                 victim = park_victim(self.table.values())
                 if victim is None:
@@ -208,7 +235,7 @@ class SessionApi:
             )
             if verdict is Admission.WAIT:
                 return
-            self.waiting.popleft()
+            del self.waiting[i]
             self._enqueued_at.pop(cmd.request_id, None)
             if verdict is Admission.REFUSE:
                 error = full_message(live, len(cmd.prompt) + 1, self.kv.n_ctx)
@@ -231,18 +258,24 @@ class SessionApi:
                     cmd.reply, SessionNotFound(f"session not found: {cmd.session_id}")
                 )
                 continue
-            if not self._unpark(s):
-                return  # every sequence is still generating
+            if not self._unpark(s) or not self.adapters.load(s.adapter, self._busy()):
+                return  # every sequence is still generating, or every adapter slot busy
             self.pending.pop_first()
             try:
                 self._start_generate(s, cmd)
             except JugglerError as exc:
                 self.outbox.reject(cmd.reply, exc)
 
-    def _timed_out(self) -> TooManyRequests:
+    def _timed_out(self, adapter: AdapterRef | None = None) -> TooManyRequests:
+        if adapter is not None and not self.adapters.is_loaded(adapter):
+            what = (
+                f"LoRA adapter {adapter.adapter_id!r} could not be loaded (all "
+                f"{self.adapters.max_active} adapter slots were in use)"
+            )
+        else:
+            what = "no sequence of this backend was free"
         return TooManyRequests(
-            f"no sequence of this backend was free for {self.queue_timeout_s:.0f} s; retry later",
-            retry_after_s=5,
+            f"{what} for {self.queue_timeout_s:.0f} s; retry later", retry_after_s=5
         )
 
     def _check_room_to_wait(self) -> None:
@@ -269,7 +302,7 @@ class SessionApi:
                 self.outbox.reject(cmd.reply, JugglerError("the client went away"))
                 self.notify(RequestDone(cmd.request_id, self.worker_id))
             elif now - self._enqueued_at.get(cmd.request_id, now) > self.queue_timeout_s:
-                self.refuse_stateless(cmd, self._timed_out())
+                self.refuse_stateless(cmd, self._timed_out(cmd.adapter))
             else:
                 kept.append(cmd)
                 continue
@@ -279,10 +312,11 @@ class SessionApi:
     def start_stateless(self, cmd: Complete, reuse: Reuse) -> None:
         """Start a stateless request on the sequence `reuse` chose, keeping its cached
         prefix; a request that cannot start is answered with its error."""
-        s = self.kv.start_ephemeral(cmd.request_id, cmd.prompt, reuse)
+        s = self.kv.start_ephemeral(cmd.request_id, cmd.prompt, reuse, cmd.adapter)
         try:
             if len(cmd.prompt) >= self.kv.n_ctx:
                 raise ContextOverflow(overflow_message(len(cmd.prompt), self.kv.n_ctx))
+            self.adapters.load(cmd.adapter, self._busy())
             self.gens.begin(s, cmd.params, cmd.sink, cmd.t_arrival)
         except JugglerError as exc:
             self.kv.release(s)

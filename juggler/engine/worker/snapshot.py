@@ -3,11 +3,13 @@ immutable `WorkerSnapshot` read from its parts (on the worker thread)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from juggler.engine.worker.config import WorkerSnapshot
 
 if TYPE_CHECKING:
+    from juggler.engine.worker.session import Session
     from juggler.engine.worker.worker import Worker
 
 
@@ -38,4 +40,26 @@ def take_snapshot(w: Worker) -> WorkerSnapshot:
         context_bytes=0 if ctx.is_released else ctx.bytes,
         num_restores=w.soft_idle.num_restores,
         last_restore_s=ctx.last_make_s if w.soft_idle.num_restores else 0.0,
+        spec_drafted=w.gens.num_drafted,
+        spec_accepted=w.gens.num_accepted,
+        adapters_loaded=w.adapters.loaded,
+        adapters_running=_ids(
+            s.adapter_id for s in table.values() if s.generation is not None and s.has_seq
+        ),
+        adapters_waiting=_ids(
+            [c.adapter.adapter_id for c in api.waiting if c.adapter is not None]
+            + [s.adapter_id for s in table.values() if _waits_for_adapter(w, s)]
+        ),
     )
+
+
+def _ids(ids: Iterable[str | None]) -> tuple[str, ...]:
+    return tuple(sorted({i for i in ids if i is not None}))
+
+
+def _waits_for_adapter(w: Worker, s: Session) -> bool:
+    """A session with work that cannot run until its adapter is loaded."""
+    has_work = (
+        s.generation is not None or (s.pending and s.has_seq) or w.api.pending.has(s.session_id)
+    )
+    return bool(has_work) and s.adapter is not None and not w.adapters.is_loaded(s.adapter)

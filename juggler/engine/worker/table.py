@@ -57,7 +57,7 @@ class SessionTable:
     # -- cached sequences (finished stateless requests whose KV is kept) ---------------
     def cached(self) -> list[CachedSeq]:
         return [
-            CachedSeq(s.seq_id, tuple(s.tokens), s.last_used)
+            CachedSeq(s.seq_id, tuple(s.tokens), s.last_used, s.adapter_id)
             for s in self._sessions.values()
             if s.state is SessionState.CACHED
         ]

@@ -45,6 +45,7 @@ from juggler.engine.schedule.messages import (
     Complete,
     CreateSession,
     Downsize,
+    DropAdapter,
     EndSession,
     Generate,
     Notice,
@@ -53,6 +54,7 @@ from juggler.engine.schedule.messages import (
     reply_of,
 )
 from juggler.engine.schedule.stream import EventKind, StreamEvent
+from juggler.engine.worker.adapters import AdapterSet, busy_adapters
 from juggler.engine.worker.config import Clock, WorkerConfig
 from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.decoder import Decoder, Outcome
@@ -64,7 +66,7 @@ from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.engine.worker.session_api import SessionApi
 from juggler.engine.worker.snapshot import take_snapshot
 from juggler.engine.worker.table import SessionTable
-from juggler.errors import EngineDead, JugglerError
+from juggler.errors import Conflict, EngineDead, JugglerError
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ class Worker(OwnerThread):
     api: SessionApi
     decoder: Decoder
     soft_idle: SoftIdle
+    adapters: AdapterSet
 
     def __init__(
         self,
@@ -125,9 +128,18 @@ class Worker(OwnerThread):
             park_budget_bytes=cfg.park_budget_bytes,
             worker_id=wid,
         )
+        self.adapters = AdapterSet(self.model, self.ctx, cfg.max_active_adapters)
         inputs = SessionInputs(self.model, self.template, self.kv)
         self.gens = Generations(
-            self.model, self.ctx, self.kv, self.outbox, self.notify, self.clock, wid
+            self.model,
+            self.ctx,
+            self.kv,
+            self.outbox,
+            self.notify,
+            self.clock,
+            wid,
+            speculative=cfg.speculative,
+            spec_draft_max=cfg.spec_draft_max,
         )
         self.api = SessionApi(
             self.table,
@@ -137,6 +149,7 @@ class Worker(OwnerThread):
             self.outbox,
             self.notify,
             self.clock,
+            self.adapters,
             wid,
             max_waiting=cfg.max_waiting,
             queue_timeout_s=cfg.queue_timeout_s,
@@ -149,6 +162,7 @@ class Worker(OwnerThread):
             self.gens,
             self.api,
             self.outbox,
+            self.adapters,
             max_prefill_chunk=cfg.max_prefill_chunk,
             worker_id=wid,
         )
@@ -166,6 +180,7 @@ class Worker(OwnerThread):
                 self.gens.finish(s, "cancelled", error=JugglerError("the backend is shutting down"))
         self.outbox.flush()
         self.decoder.batch.close()
+        self.adapters.close()
         self.ctx.close()
         self.kv.spill.close()
 
@@ -187,11 +202,21 @@ class Worker(OwnerThread):
     def has_work(self) -> bool:
         if self.is_stalled:
             return False
-        return bool(self.api.waiting) or any(
-            s.generation is not None or len(s.pending) > 1 or (s.needs_logits and s.pending)
-            for s in self.table.values()
-            if s.has_seq
-        )
+        if self.api.waiting:
+            return True
+        busy: set[str] | None = None
+        for s in self.table.values():
+            if not s.has_seq or not (
+                s.generation is not None or len(s.pending) > 1 or (s.needs_logits and s.pending)
+            ):
+                continue
+            if s.adapter is None or self.adapters.is_loaded(s.adapter):
+                return True
+            # Work waiting for an adapter slot is work only once one can be had.
+            busy = busy_adapters(self.table.values()) if busy is None else busy
+            if self.adapters.can_serve(s.adapter, busy):
+                return True
+        return False
 
     def step(self) -> None:
         """One tick of the loop (see the module doc); steps 2 to 7 are the `Decoder`'s."""
@@ -252,6 +277,17 @@ class Worker(OwnerThread):
             if self.is_stopping:
                 return
 
+    def _drop_adapter(self, adapter_id: str) -> dict[str, object]:
+        """Unload an unregistered adapter; refused while a request runs with it. Cached
+        prefixes made with it are forgotten (no request can name it any more)."""
+        if adapter_id in busy_adapters(self.table.values()):
+            raise Conflict(f"LoRA adapter {adapter_id!r} is in use by a running request")
+        for s in list(self.table.values()):
+            if s.adapter_id == adapter_id and s.is_ephemeral:
+                self.kv.evict(s.seq_id)
+        self.kv.parked.entries = [p for p in self.kv.parked.entries if p.adapter_id != adapter_id]
+        return {"adapter_id": adapter_id, "unloaded": self.adapters.drop(adapter_id)}
+
     def _only_eager_work(self) -> bool:
         """Only appended input waits, none of it ending in a speculative header (which
         is worth prefilling at once: its logits are kept for the generate)."""
@@ -278,6 +314,8 @@ class Worker(OwnerThread):
                 case Generate():
                     self.soft_idle.restore()
                     self.api.generate(cmd)
+                case DropAdapter():
+                    self.outbox.resolve(cmd.reply, self._drop_adapter(cmd.adapter_id))
                 case Cancel():
                     self.api.cancel(cmd)
                 case EndSession():

@@ -1,0 +1,144 @@
+"""Ollama's `options` and `keep_alive` as Juggler's sampling, load and residency
+options. Pure.
+
+- `options`: sampling options become OpenAI fields (`num_predict` -> `max_tokens`,
+  `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`,
+  `presence_penalty`, `frequency_penalty`, `stop`); load options become load options
+  (`num_ctx` -> `ctx_size`, `num_batch` -> `--batch-size`, `num_thread` ->
+  `--threads`, `num_gpu: 0` -> the cpu backend). An option Juggler cannot honour is a
+  400 naming it, unless its value is what Juggler does anyway (`mirostat: 0`, ...).
+- `keep_alive` (seconds, or a Go duration "5m", "1h30m"): 0 unloads the model once
+  idle, a duration is its idle timeout, a negative value keeps it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from juggler.errors import BadRequest, NotImplementedParam
+
+#: keep_alive < 0: never unloaded for being idle (ten years is never, for a server).
+KEEP_S = 10 * 365 * 86400.0
+
+_SAMPLING = {
+    "num_predict": "max_tokens",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "seed": "seed",
+    "repeat_penalty": "repeat_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "stop": "stop",
+}
+_ENGINE_FLAGS = {"num_batch": "--batch-size", "num_thread": "--threads"}
+#: Options accepted only at the value that means "what Juggler does anyway".
+_NEUTRAL: dict[str, Any] = {
+    "mirostat": 0,
+    "typical_p": 1.0,
+    "tfs_z": 1.0,
+    "numa": False,
+    "low_vram": False,
+    "f16_kv": True,
+    "logits_all": False,
+    "vocab_only": False,
+    "use_mmap": True,
+    "use_mlock": False,
+    "embedding_only": False,
+    "main_gpu": 0,
+    "penalize_newline": False,
+}
+
+
+# -- keep_alive --------------------------------------------------------------------------
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_keep_alive(value: float | str) -> float:
+    """Seconds; negative means "keep". Numbers are seconds, strings Go durations.
+    Raises BadRequest naming keep_alive."""
+    if isinstance(value, int | float):
+        return float(value)
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    parts = _DURATION.findall(body)
+    if not body or "".join(n + u for n, u in parts) != body:
+        raise BadRequest(
+            f"keep_alive: {value!r} is not a duration like 5m or 1h30m", param="keep_alive"
+        )
+    return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def keep_alive_options(seconds: float) -> dict[str, Any]:
+    """keep_alive as per-model residency options (seed 002's idle eviction)."""
+    if seconds < 0:
+        return {"auto_evict": False, "evict_idle_timeout": KEEP_S, "downsize_idle_timeout": KEEP_S}
+    return {
+        "auto_evict": True,
+        "evict_idle_timeout": seconds,
+        "downsize_idle_timeout": min(seconds, 60.0),
+    }
+
+
+# -- options ---------------------------------------------------------------------------------
+def split_options(options: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Ollama `options` -> (OpenAI sampling fields, Juggler load options). Raises
+    NotImplementedParam (400) for an option Juggler cannot honour."""
+    sampling: dict[str, Any] = {}
+    load: dict[str, Any] = {}
+    flags: list[str] = []
+    for key, value in (options or {}).items():
+        if value is None:
+            continue
+        if key in _SAMPLING:
+            if key == "num_predict":
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise BadRequest(
+                        "options.num_predict must be an integer", param="options.num_predict"
+                    )
+                if value < 0:  # -1 infinite, -2 fill the context: no limit of our own
+                    continue
+            sampling[_SAMPLING[key]] = value
+        elif key == "num_ctx":
+            load["ctx_size"] = value
+        elif key in _ENGINE_FLAGS:
+            flags += [_ENGINE_FLAGS[key], str(value)]
+        elif key == "num_gpu":
+            if value != 0:
+                raise NotImplementedParam(
+                    "options.num_gpu",
+                    "Juggler offloads every layer or none; use num_gpu 0 for the CPU",
+                )
+            load["llamacpp_backend"] = "cpu"
+        elif key in _NEUTRAL and value == _NEUTRAL[key]:
+            continue
+        else:
+            raise NotImplementedParam(f"options.{key}", "Juggler cannot honour this option")
+    if flags:
+        load["llamacpp_args"] = " ".join(flags)
+    return sampling, load
+
+
+def merge_engine_args(current: str, extra: str) -> str:
+    """`current` llamacpp_args with the flags in `extra` replacing their old values."""
+    extra_tokens = shlex.split(extra)
+    names = set(extra_tokens[::2])
+    tokens = shlex.split(current)
+    kept: list[str] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i] in names:
+            i += 2
+            continue
+        kept.append(tokens[i])
+        i += 1
+    return shlex.join([*kept, *extra_tokens])

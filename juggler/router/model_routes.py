@@ -1,0 +1,153 @@
+"""Lemonade's model installation routes: `/api/v1/pull` (JSON, or server-sent events
+with `stream: true`) and `/api/v1/delete`.
+
+pull (Lemonade's server_spec):
+- a catalog name installs that model (a Hugging Face checkpoint is downloaded; a
+  packaged model is already installed);
+- `user.NAME` with a `checkpoint` registers the model and installs it; registration
+  needs the admin key for a command or a local file outside the model directories;
+- a reserved prefix (`extra.`), or a new name outside `user.`, is a 400; an unknown
+  name without a checkpoint is a 404.
+- `stream: true`: `event: progress` (file, file_index, total_files, bytes_downloaded,
+  bytes_total, percent), then `event: complete` or `event: error`.
+delete: unloads the model if loaded, removes what pull downloaded and a registration;
+a packaged model cannot be deleted (400); an unknown or not downloaded one is a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from juggler.api import sse
+from juggler.errors import BadRequest, CheckpointMissing, ModelNotFound, render
+from juggler.registry.checkpoint import LocalRef, is_available, parse_checkpoint, remove_downloaded
+from juggler.router.bodies import parse
+from juggler.router.deps import RouterState, state_of
+from juggler.router.openapi import body_of
+from juggler.router.pulls import EventKind, hf_ref_of, known_model, pull_events, run_pull
+from juggler.router.schemas import DeleteRequest, PullRequest
+from juggler.router.security import check_registration
+
+router = APIRouter()
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request carried the admin key (AuthMiddleware decided it)."""
+    return bool(getattr(request.state, "is_admin", False))
+
+
+def _labels(body: PullRequest) -> tuple[str, ...]:
+    labels = list(body.labels)
+    for flag, label in (
+        ("reasoning", "reasoning"),
+        ("vision", "vision"),
+        ("embedding", "embeddings"),
+        ("reranking", "reranking"),
+    ):
+        if getattr(body, flag) and label not in labels:
+            labels.append(label)
+    return tuple(labels)
+
+
+def _plan(state: RouterState, body: PullRequest, admin: bool) -> tuple[Any, Callable[[], None]]:
+    """What to download and what to do once it is there (register a new model)."""
+    checkpoint = body.main_checkpoint()
+    if not checkpoint and not body.command:
+        info = known_model(state.registry, body.model_name)
+        return hf_ref_of(info.checkpoint), lambda: None
+    state.registry.check_new_name(body.model_name)
+    check_registration(
+        state.settings,
+        is_admin=admin,
+        recipe=body.recipe,
+        checkpoint=checkpoint,
+        command=body.command,
+    )
+    ref = None
+    if checkpoint:
+        ref = hf_ref_of(checkpoint)
+        local = parse_checkpoint(checkpoint)
+        if isinstance(local, LocalRef) and not local.path.is_file():
+            raise CheckpointMissing(f"model file not found: {local.path}", param="checkpoint")
+
+    def register() -> None:
+        state.registry.add_user_model(
+            body.model_name,
+            checkpoint=checkpoint,
+            recipe=body.recipe,
+            labels=_labels(body),
+            command=body.command,
+            health_path=body.health_path,
+            device=body.device,
+        )
+
+    return ref, register
+
+
+@router.post("/pull", openapi_extra=body_of(PullRequest))
+async def pull(request: Request) -> Response:
+    state = state_of(request)
+    body, _ = await parse(request, PullRequest)
+    ref, register = _plan(state, body, is_admin(request))
+    done = {"status": "success", "message": f"Installed model: {body.model_name}"}
+    if not body.stream:
+        await run_pull(ref, register)
+        return JSONResponse(done)
+    return StreamingResponse(_sse(ref, register), media_type="text/event-stream")
+
+
+async def _sse(ref: Any, register: Callable[[], None]) -> AsyncIterator[bytes]:
+    last: dict[str, Any] = {"file_index": 1, "total_files": 1}
+    async for event in pull_events(ref, register):
+        if event.kind is EventKind.PROGRESS and event.progress is not None:
+            p = event.progress
+            last = {"file_index": p.file_index, "total_files": p.total_files}
+            yield sse.event(
+                "progress",
+                {
+                    "file": p.file,
+                    "file_index": p.file_index,
+                    "total_files": p.total_files,
+                    "bytes_downloaded": p.bytes_downloaded,
+                    "bytes_total": p.bytes_total,
+                    "percent": p.percent,
+                },
+            )
+        elif event.kind is EventKind.COMPLETE:
+            yield sse.event("complete", {**last, "percent": 100})
+        elif event.error is not None:
+            err = render(event.error)["error"]
+            yield sse.event("error", {"error": err["message"], "code": err["code"]})
+
+
+@router.post("/delete", openapi_extra=body_of(DeleteRequest))
+async def delete(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    body, _ = await parse(request, DeleteRequest)
+    await delete_model(state, body.model_name)
+    return {"status": "success", "message": f"Deleted model: {body.model_name}"}
+
+
+async def delete_model(state: RouterState, name: str, *, ollama: bool = False) -> str:
+    """Unload `name` if loaded, remove its downloaded files and its registration (shared
+    by Lemonade's delete and Ollama's). Returns the canonical name."""
+    registry = state.registry
+    info = registry.lookup(name) if ollama else registry.get(name)
+    builtin = registry.is_builtin(info.name)
+    if builtin and hf_ref_of(info.checkpoint) is None:
+        raise BadRequest(f"{info.name} is packaged with Juggler and cannot be deleted")
+    if builtin and not is_available(info):
+        raise ModelNotFound(f"model {info.name!r} is not downloaded", param="model_name")
+    if any(s.model_name == info.name for s in state.manager.snapshot()):
+        await state.manager.unload(info.name)
+    if not registry.uses_checkpoint(info.checkpoint, besides=info.name):
+        await asyncio.to_thread(remove_downloaded, info.checkpoint)
+    if not builtin:
+        registry.remove_user_model(info.name)
+    state.pins.drop(info.name)
+    return info.name

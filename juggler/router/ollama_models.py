@@ -1,0 +1,222 @@
+"""Ollama's model routes: `/api/version`, `/api/tags`, `/api/ps`, `/api/show`,
+`/api/pull` (NDJSON progress), `/api/delete`, `/api/copy`, `/api/create`, and the blob
+upload `/api/create` relies on (`HEAD`/`POST /api/blobs/sha256:...`).
+
+(`/api/create` and blobs: ollama_create.)
+
+Names: Juggler's catalog names, with Ollama's `:latest` tag when they have none
+(`Registry.find` accepts both); `hf.co/org/repo:QUANT` pulls a Hugging Face GGUF under
+that name. `/api/create` makes a model from an existing one (`from`), a local GGUF
+(`from` a path: the security rules of registering a local file apply, see
+`security.check_registration`) or an uploaded blob (`files`); its `parameters` become
+the new model's saved load options. Pulls and deletes are the Lemonade routes' own
+(`pulls`, `model_routes.delete_model`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from juggler import __version__
+from juggler.api import ollama as ol
+from juggler.api import ollama_options as oo
+from juggler.errors import NotFound
+from juggler.manager.snapshot import ServerState
+from juggler.registry.catalog import hf_alias_checkpoint
+from juggler.registry.checkpoint import is_available, local_file
+from juggler.registry.gguf_meta import GgufError, labels_of, read_info
+from juggler.router.bodies import parse
+from juggler.router.catalog_view import FileFacts, file_facts
+from juggler.router.deps import RouterState, state_of
+from juggler.router.model_routes import delete_model
+from juggler.router.ollama_routes import NDJSON, _line
+from juggler.router.openapi import body_of
+from juggler.router.pulls import EventKind, hf_ref_of, known_model, pull_events
+from juggler.types import ModelInfo, ModelType
+
+router = APIRouter()
+_STARTED = time.time()
+
+
+def details(info: ModelInfo, facts: FileFacts) -> dict[str, Any]:
+    g = facts.gguf
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": g.architecture if g else "",
+        "families": [g.architecture] if g else None,
+        "parameter_size": g.parameter_size if g else "",
+        "quantization_level": g.file_type or "" if g else "",
+    }
+
+
+@router.get("/api/version")
+async def version() -> dict[str, str]:
+    return {"version": ol.API_VERSION, "juggler": __version__}
+
+
+@router.get("/api/tags")
+async def tags(request: Request) -> dict[str, Any]:
+    """The models on disk (Ollama's local models)."""
+    models = []
+    for info in state_of(request).registry.list():
+        if not is_available(info):
+            continue
+        facts = await asyncio.to_thread(file_facts, info)
+        name = ol.ollama_name(info.name)
+        models.append(
+            {
+                "name": name,
+                "model": name,
+                "modified_at": ol.iso_at(facts.modified_at or _STARTED),
+                "size": facts.size_bytes or int((info.size_gb or 0) * 1e9),
+                "digest": facts.digest,
+                "details": details(info, facts),
+            }
+        )
+    return {"models": models}
+
+
+@router.get("/api/ps")
+async def ps(request: Request) -> dict[str, Any]:
+    """The loaded models; `expires_at` is when an idle model would be unloaded."""
+    state = state_of(request)
+    memory = state.manager.memory_status()
+    models = []
+    for snap in state.manager.snapshot():
+        if snap.status is not ServerState.READY:
+            continue
+        info = state.registry.get(snap.model_name)
+        facts = await asyncio.to_thread(file_facts, info)
+        opted_in = snap.auto_evict or bool(memory and memory.auto_evict)
+        ttl = snap.options.evict_idle_timeout if opted_in else oo.KEEP_S
+        name = ol.ollama_name(snap.model_name)
+        models.append(
+            {
+                "name": name,
+                "model": name,
+                "size": facts.size_bytes or 0,
+                "digest": facts.digest,
+                "details": details(info, facts),
+                "expires_at": ol.iso_at(snap.last_use + min(ttl, oo.KEEP_S)),
+                "size_vram": 0 if snap.device.label() == "cpu" else facts.size_bytes or 0,
+                "context_length": snap.options.ctx_size,
+            }
+        )
+    return {"models": models}
+
+
+@router.post("/api/show", openapi_extra=body_of(ol.NameBody))
+async def show(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    body, _ = await parse(request, ol.NameBody)
+    info = state.registry.lookup(body.model_name())
+    facts = await asyncio.to_thread(file_facts, info)
+    if facts.path is None:
+        raise NotFound(f"model {info.name!r} is not downloaded; pull it first")
+    saved = state.pins.saved_options(info.name)
+    params = [f"num_ctx {saved['ctx_size']}"] if "ctx_size" in saved else []
+    meta = facts.gguf.metadata if facts.gguf else {}
+    model_info = {k: v for k, v in meta.items() if not isinstance(v, str) or len(v) < 256}
+    return {
+        "modelfile": "\n".join([f"FROM {info.checkpoint}", *(f"PARAMETER {p}" for p in params)]),
+        "parameters": "\n".join(params),
+        "template": str(meta.get("tokenizer.chat_template", "")),
+        "details": details(info, facts),
+        "model_info": model_info,
+        "capabilities": ["embedding"] if info.type is ModelType.EMBEDDING else ["completion"],
+        "modified_at": ol.iso_at(facts.modified_at or 0),
+    }
+
+
+@router.post("/api/pull", openapi_extra=body_of(ol.PullBody))
+async def pull(request: Request) -> Response:
+    state = state_of(request)
+    body, _ = await parse(request, ol.PullBody)
+    name = body.model_name()
+    ol.refuse_set({"insecure": body.insecure}, "downloads always verify the hub")
+    checkpoint = hf_alias_checkpoint(name)
+    register: Any = None
+    if checkpoint is not None and not _known(state, name):
+        state.registry.check_new_name(name, ollama=True)
+        ref = hf_ref_of(checkpoint)
+
+        def register() -> None:
+            state.registry.add_user_model(
+                name, checkpoint=checkpoint, labels=inferred_labels(checkpoint), ollama=True
+            )
+
+    else:
+        ref = hf_ref_of(known_model(state.registry, name, ollama=True).checkpoint)
+    if not body.stream:
+        async for event in pull_events(ref, register):
+            if event.error is not None:
+                raise event.error
+        return JSONResponse({"status": "success"})
+    return StreamingResponse(_pull_lines(ref, register), media_type=NDJSON)
+
+
+def inferred_labels(checkpoint: str) -> tuple[str, ...]:
+    """Ollama names carry no labels: the GGUF tells an embedding model from a chat one."""
+    path = local_file(ModelInfo(name="", checkpoint=checkpoint))
+    if path is None:
+        return ()
+    try:
+        return labels_of(read_info(path))
+    except (GgufError, OSError):
+        return ()
+
+
+def _known(state: RouterState, name: str) -> bool:
+    try:
+        state.registry.lookup(name)
+    except NotFound:
+        return False
+    return True
+
+
+async def _pull_lines(ref: Any, register: Any) -> AsyncIterator[bytes]:
+    yield _line({"status": "pulling manifest"})
+    async for event in pull_events(ref, register):
+        if event.kind is EventKind.PROGRESS and event.progress is not None:
+            p = event.progress
+            digest = f"sha256:{p.digest}" if p.digest else p.file
+            yield _line(
+                {
+                    "status": f"pulling {(p.digest or p.file)[:12]}",
+                    "digest": digest,
+                    "total": p.bytes_total or 0,
+                    "completed": p.bytes_downloaded,
+                }
+            )
+        elif event.kind is EventKind.COMPLETE:
+            for status in ("verifying sha256 digest", "writing manifest", "success"):
+                yield _line({"status": status})
+        elif event.error is not None:
+            yield _line({"error": event.error.message})
+
+
+@router.delete("/api/delete", openapi_extra=body_of(ol.NameBody))
+async def delete(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    body, _ = await parse(request, ol.NameBody)
+    await delete_model(state, body.model_name(), ollama=True)
+    return {"status": "success"}
+
+
+@router.post("/api/copy", openapi_extra=body_of(ol.CopyBody))
+async def copy(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    body, _ = await parse(request, ol.CopyBody)
+    source = state.registry.lookup(body.source)
+    state.registry.copy_model(source.name, body.destination)
+    saved = state.pins.saved_options(source.name)
+    if saved:
+        state.pins.save_options(body.destination, saved)
+    return {"status": "success"}

@@ -1,0 +1,293 @@
+"""Ollama's inference routes: `/api/chat`, `/api/generate` (NDJSON streaming, the
+default, or one JSON object with `stream: false`), `/api/embed` and the older
+`/api/embeddings`.
+
+A thin dialect: bodies and their meaning are `juggler.api.ollama`; residency goes
+through the manager (`residency.ensure_options` for `options` and `keep_alive`);
+inference through the proxy to the same backend routes the OpenAI API uses. The backend
+is always asked to stream (with usage), so the router times the answer itself:
+`load_duration` is the time until the backend started answering (queueing and loading
+included), `prompt_eval_duration` until its first token, `eval_duration` the rest.
+An empty `messages`/`prompt` loads the model (with `keep_alive: 0`, unloads it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from juggler.api import ollama as ol
+from juggler.api import ollama_options as oo
+from juggler.api import sse
+from juggler.errors import BadRequest, JugglerError, NotImplementedParam
+from juggler.router.bodies import parse
+from juggler.router.deps import RouterState, state_of
+from juggler.router.openapi import body_of
+from juggler.router.residency import (
+    current_options,
+    ensure_options,
+    keep_alive_after,
+    unload_if_loaded,
+)
+
+router = APIRouter()
+NDJSON = "application/x-ndjson"
+#: How often a non-streaming answer checks that its client is still there.
+DISCONNECT_POLL_S = 0.25
+
+
+def backend_error(response: Response) -> JugglerError:
+    """A backend's JSON error answer as the error it stands for."""
+    try:
+        err = json.loads(bytes(response.body)).get("error", {})
+    except (ValueError, AttributeError):
+        err = {}
+    exc = JugglerError(str(err.get("message") or f"backend answered {response.status_code}"))
+    exc.status = response.status_code
+    exc.code = str(err.get("code") or "backend_error")
+    exc.param = err.get("param")
+    return exc
+
+
+def _keep(keep: Any) -> dict[str, Any]:
+    """keep_alive as options, applied once the request is done (Ollama: "how long the
+    model will stay loaded into memory following the request")."""
+    return {} if keep is None else oo.keep_alive_options(oo.parse_keep_alive(keep))
+
+
+async def _load_only(
+    state: RouterState, asked: str, model: str, load: dict[str, Any], keep: Any, chat: bool
+) -> dict[str, Any]:
+    """Ollama: an empty prompt loads the model; with keep_alive 0 it unloads it."""
+    if keep is not None and oo.parse_keep_alive(keep) == 0:
+        await unload_if_loaded(state, model)
+        reason = "unload"
+    else:
+        await ensure_options(state, model, load)
+        await state.manager.load(model, current_options(state, model) or None)
+        await keep_alive_after(state, model, _keep(keep))
+        reason = "load"
+    out: dict[str, Any] = {"model": asked, "created_at": ol.now_iso()}
+    if chat:
+        out["message"] = {"role": "assistant", "content": ""}
+    else:
+        out["response"] = ""
+    return {**out, "done": True, "done_reason": reason}
+
+
+class _Answer:
+    """Backend OpenAI stream -> Ollama objects, timed by the router."""
+
+    def __init__(self, asked: str, chat: bool, t0: float, t_open: float) -> None:
+        self.asked, self.chat = asked, chat
+        #: Whether the backend answers in chat chunks (`delta`) or completion ones (`text`).
+        self.from_chat = chat
+        self.t0, self.t_open = t0, t_open
+        self.t_first: float | None = None
+        self.finish: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def piece(self, text: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.asked, "created_at": ol.now_iso()}
+        if self.chat:
+            out["message"] = {"role": "assistant", "content": text}
+        else:
+            out["response"] = text
+        return {**out, "done": False}
+
+    def final(self, text: str = "") -> dict[str, Any]:
+        end = time.perf_counter()
+        first = self.t_first or end
+        out = self.piece(text)
+        out.update(
+            done=True,
+            done_reason=ol.done_reason(self.finish),
+            total_duration=int((end - self.t0) * 1e9),
+            load_duration=int((self.t_open - self.t0) * 1e9),
+            prompt_eval_count=int(self.usage.get("prompt_tokens", 0)),
+            prompt_eval_duration=int((first - self.t_open) * 1e9),
+            eval_count=int(self.usage.get("completion_tokens", 0)),
+            eval_duration=int((end - first) * 1e9),
+        )
+        return out
+
+    async def texts(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+        """The generated text pieces; raises a backend's in-stream error."""
+        async for ev in events:
+            if "error" in ev:
+                err = ev["error"] if isinstance(ev["error"], dict) else {"message": ev["error"]}
+                raise JugglerError(str(err.get("message", "backend error")))
+            if ev.get("usage"):
+                self.usage = ev["usage"]
+            for choice in ev.get("choices") or []:
+                if self.from_chat:
+                    text = (choice.get("delta") or {}).get("content")
+                else:
+                    text = choice.get("text")
+                if choice.get("finish_reason"):
+                    self.finish = choice["finish_reason"]
+                if text:
+                    if self.t_first is None:
+                        self.t_first = time.perf_counter()
+                    yield text
+
+    async def ndjson(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+        try:
+            async for text in self.texts(events):
+                yield _line(self.piece(text))
+            yield _line(self.final())
+        except JugglerError as exc:
+            yield _line({"error": exc.message})
+
+    async def whole(
+        self, events: AsyncIterator[dict[str, Any]], request: Request
+    ) -> dict[str, Any]:
+        parts: list[str] = []
+        checked = time.monotonic()
+        async for text in self.texts(events):
+            parts.append(text)
+            if time.monotonic() - checked > DISCONNECT_POLL_S:
+                checked = time.monotonic()
+                if await request.is_disconnected():
+                    break  # closing the stream cancels the generation in the backend
+        return self.final("".join(parts))
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+
+
+async def _generate(
+    request: Request,
+    state: RouterState,
+    answer: _Answer,
+    model: str,
+    path: str,
+    body: dict[str, Any],
+    stream: bool,
+    keep: dict[str, Any],
+) -> Response:
+    answer.from_chat = path == "/v1/chat/completions"
+    response = await state.proxy.forward(model, path, body)
+    answer.t_open = time.perf_counter()
+    if not isinstance(response, StreamingResponse):
+        raise backend_error(response)
+    chunks: Any = response.body_iterator
+    if stream:
+        lines = _closing(answer.ndjson, chunks, lambda: keep_alive_after(state, model, keep))
+        return StreamingResponse(lines, media_type=NDJSON)
+    events = sse.read_data(chunks)
+    try:
+        whole = await answer.whole(events, request)
+    finally:
+        await events.aclose()
+        await chunks.aclose()  # the relay releases its lease and the backend response
+    await keep_alive_after(state, model, keep)
+    return JSONResponse(whole)
+
+
+async def _closing(translate: Any, chunks: Any, after: Any) -> AsyncIterator[bytes]:
+    """`translate(events)`, closing the backend relay however the stream ends (done, or
+    the client went away), so its lease is released at once; then `after()`."""
+    events = sse.read_data(chunks)
+    try:
+        async for line in translate(events):
+            yield line
+    finally:
+        await events.aclose()
+        await chunks.aclose()
+    await after()
+
+
+@router.post("/api/chat", openapi_extra=body_of(ol.ChatBody))
+async def chat(request: Request) -> Any:
+    t0 = time.perf_counter()
+    state = state_of(request)
+    body, _ = await parse(request, ol.ChatBody)
+    model = state.registry.lookup(body.model).name
+    messages = ol.chat_messages(body)
+    sampling, load = oo.split_options(body.options)
+    if not messages:
+        return await _load_only(state, body.model, model, load, body.keep_alive, chat=True)
+    await ensure_options(state, model, load)
+    oa = ol.openai_body(model, {"messages": messages}, sampling)
+    answer = _Answer(body.model, True, t0, t0)
+    keep = _keep(body.keep_alive)
+    path = "/v1/chat/completions"
+    return await _generate(request, state, answer, model, path, oa, body.stream, keep)
+
+
+@router.post("/api/generate", openapi_extra=body_of(ol.GenerateBody))
+async def generate(request: Request) -> Any:
+    t0 = time.perf_counter()
+    state = state_of(request)
+    body, _ = await parse(request, ol.GenerateBody)
+    model = state.registry.lookup(body.model).name
+    path, base = ol.generate_request(body)
+    sampling, load = oo.split_options(body.options)
+    if not body.prompt and not body.system:
+        return await _load_only(state, body.model, model, load, body.keep_alive, chat=False)
+    await ensure_options(state, model, load)
+    oa = ol.openai_body(model, base, sampling)
+    answer = _Answer(body.model, False, t0, t0)
+    keep = _keep(body.keep_alive)
+    return await _generate(request, state, answer, model, path, oa, body.stream, keep)
+
+
+async def _embed(
+    state: RouterState, model: str, texts: list[str], options: Any, keep: Any
+) -> tuple[list[list[float]], int]:
+    sampling, load = oo.split_options(options)
+    if sampling:
+        raise NotImplementedParam(f"options.{next(iter(sampling))}", "embeddings do not sample")
+    await ensure_options(state, model, load)
+    if not texts:
+        await state.manager.load(model, current_options(state, model) or None)
+        await keep_alive_after(state, model, _keep(keep))
+        return [], 0
+    response = await state.proxy.forward(model, "/v1/embeddings", {"model": model, "input": texts})
+    if response.status_code >= 400:
+        raise backend_error(response)
+    await keep_alive_after(state, model, _keep(keep))
+    data = json.loads(bytes(response.body))
+    rows = sorted(data.get("data", []), key=lambda d: d.get("index", 0))
+    return [r["embedding"] for r in rows], int(data.get("usage", {}).get("prompt_tokens", 0))
+
+
+@router.post("/api/embed", openapi_extra=body_of(ol.EmbedBody))
+async def embed(request: Request) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    state = state_of(request)
+    body, _ = await parse(request, ol.EmbedBody)
+    ol.refuse_set({"dimensions": body.dimensions}, "embeddings keep the model's size")
+    if body.truncate:
+        raise NotImplementedParam(
+            "truncate", "inputs longer than the context are refused, never truncated"
+        )
+    model = state.registry.lookup(body.model).name
+    texts = [body.input] if isinstance(body.input, str) else list(body.input)
+    vectors, n_tokens = await _embed(state, model, texts, body.options, body.keep_alive)
+    return {
+        "model": body.model,
+        "embeddings": vectors,
+        "total_duration": int((time.perf_counter() - t0) * 1e9),
+        "prompt_eval_count": n_tokens,
+    }
+
+
+@router.post("/api/embeddings", openapi_extra=body_of(ol.EmbeddingsBody))
+async def embeddings(request: Request) -> dict[str, Any]:
+    """Ollama's older embeddings route: one `prompt`, one `embedding`."""
+    state = state_of(request)
+    body, _ = await parse(request, ol.EmbeddingsBody)
+    model = state.registry.lookup(body.model).name
+    texts = [body.prompt] if body.prompt else []
+    vectors, _ = await _embed(state, model, texts, body.options, body.keep_alive)
+    if not vectors and body.prompt:
+        raise BadRequest("the backend returned no embedding", param="prompt")
+    return {"embedding": vectors[0] if vectors else []}

@@ -1,0 +1,58 @@
+"""Load options a request asks for, applied through the manager (for dialects whose
+requests carry them, as Ollama's `options.num_ctx` and `keep_alive` do).
+
+`ensure_options(state, model, wanted)`: the model becomes resident with its current
+options (or, when not loaded, its saved ones) updated by `wanted`. Options that do not
+change how the backend starts (idle timeouts, auto_evict) are updated in place; a new
+context size or backend reloads it, as an explicit /load with those options would.
+Runs on the router's event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from juggler.api.ollama_options import merge_engine_args
+from juggler.manager.snapshot import ServerSnapshot, ServerState
+from juggler.router.deps import RouterState
+
+
+def current_options(state: RouterState, model: str) -> dict[str, Any]:
+    """The options `model` runs with now; its saved options when it is not loaded."""
+    for snap in state.manager.snapshot():
+        if snap.model_name == model and snap.status is ServerState.READY:
+            return snap.options.model_dump()
+    return state.pins.saved_options(model)
+
+
+async def ensure_options(
+    state: RouterState, model: str, wanted: dict[str, Any]
+) -> ServerSnapshot | None:
+    """Load `model` with `wanted` over its current options (nothing when `wanted` is
+    empty). Raises what `Manager.load` raises (BadRequest for a bad option, ...)."""
+    if not wanted:
+        return None
+    options = current_options(state, model)
+    wanted = dict(wanted)
+    if "llamacpp_args" in wanted:
+        base = options.get("llamacpp_args") or state.manager.settings.llamacpp_args
+        wanted["llamacpp_args"] = merge_engine_args(base, wanted["llamacpp_args"])
+    options.update(wanted)
+    return await state.manager.load(model, options)
+
+
+async def unload_if_loaded(state: RouterState, model: str) -> bool:
+    """keep_alive 0 on a load-only request: unload now (when loaded)."""
+    if any(s.model_name == model for s in state.manager.snapshot()):
+        await state.manager.unload(model)
+        return True
+    return False
+
+
+async def keep_alive_after(state: RouterState, model: str, options: dict[str, Any]) -> None:
+    """After a request: its model's idle timeout (Ollama's keep_alive). Only a model that
+    is still loaded is touched; one that is gone stays gone."""
+    if any(
+        s.model_name == model and s.status is ServerState.READY for s in state.manager.snapshot()
+    ):
+        await ensure_options(state, model, options)

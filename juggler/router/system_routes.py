@@ -1,0 +1,117 @@
+"""Lemonade's `GET /api/v1/system-info`, and clear refusals for the Lemonade routes that
+belong to servers of other kinds (audio, images, speech, backend installers).
+
+system-info tells what this machine has and which llama.cpp backends Juggler can use:
+the CPU always; a GPU backend is `installable` when llama.cpp was built for it (Juggler
+offloads through llama-cpp-python's build, not a separate binary).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from juggler.errors import NotFound
+from juggler.router.deps import state_of
+
+router = APIRouter()
+
+#: Lemonade routes for other kinds of models and for installing backends.
+UNSUPPORTED = {
+    "/audio/transcriptions": "audio transcription",
+    "/audio/speech": "speech generation",
+    "/images/generations": "image generation",
+    "/install": "installing backends (llama.cpp comes with Juggler)",
+    "/uninstall": "uninstalling backends (llama.cpp comes with Juggler)",
+}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gb() -> float | None:
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+    return round(pages * size / 1e9, 1)
+
+
+#: ggml's backend libraries, as llama-cpp-python installs them, by Lemonade backend name.
+_GGML_LIBS = {"vulkan": "vulkan", "rocm": "hip", "metal": "metal", "cuda": "cuda"}
+
+
+def _built_backends() -> set[str]:
+    """The GPU backends llama.cpp was built with (its ggml libraries on disk; nothing is
+    loaded into the router)."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return set()
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    names = {p.name for p in lib.glob("*ggml-*")} if lib.is_dir() else set()
+    return {b for b, ggml in _GGML_LIBS.items() if any(f"ggml-{ggml}" in n for n in names)}
+
+
+@router.get("/system-info")
+async def system_info(request: Request) -> dict[str, Any]:
+    settings = state_of(request).settings
+    memory = _memory_gb()
+    built = _built_backends()
+
+    def backend(name: str) -> dict[str, Any]:
+        ok = name in built
+        return {
+            "devices": ["gpu"] if ok else [],
+            "state": "installed" if ok else "unsupported",
+            "message": "" if ok else f"llama.cpp was built without {name}",
+            "action": "",
+        }
+
+    return {
+        "OS Version": platform.platform(),
+        "Processor": _cpu_name(),
+        "Physical Memory": f"{memory} GB" if memory is not None else "unknown",
+        "devices": {
+            "cpu": {
+                "name": _cpu_name(),
+                "cores": os.cpu_count(),
+                "threads": os.cpu_count(),
+                "available": True,
+                "family": platform.machine(),
+            },
+        },
+        "recipes": {
+            "llamacpp": {
+                "default_backend": settings.llamacpp_backend,
+                "backends": {
+                    "cpu": {"devices": ["cpu"], "state": "installed", "message": "", "action": ""},
+                    **{name: backend(name) for name in _GGML_LIBS},
+                },
+            },
+        },
+    }
+
+
+def _refuse(what: str) -> Any:
+    async def refuse() -> None:
+        raise NotFound(
+            f"{what} is not supported: Juggler serves LLM, embedding and reranking models"
+        )
+
+    return refuse
+
+
+for _path, _what in UNSUPPORTED.items():
+    router.add_api_route(_path, _refuse(_what), methods=["POST"], include_in_schema=False)

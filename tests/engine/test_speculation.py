@@ -1,0 +1,158 @@
+"""Prompt-lookup speculative decoding (issue 16): the pure parts, and a worker on the
+fake llama.cpp whose copying rule repeats what the sequence holds.
+
+Issue 16: "Greedy output must be identical to non-speculative decoding; with sampling,
+use the standard accept/reject rule so the output distribution is unchanged", "KV
+rollback of rejected tokens (sequence-scoped, as seed 003 requires)", "an adaptive
+draft length per sequence that backs off to zero when acceptance is low".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable
+
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.batch import Chunk, SeqWork, schedule
+from juggler.engine.schedule.drafts import COOLDOWN, POOR_RUN, DraftLength, NgramIndex
+from juggler.engine.schedule.messages import Complete, RequestDone
+from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
+from tests.engine.fake_llama import BOS
+from tests.engine.rig import Rig, events
+
+
+def run(test: Callable[[], Awaitable[object]]) -> object:
+    return asyncio.run(test())  # type: ignore[arg-type]
+
+
+# -- pure parts ------------------------------------------------------------------------
+def test_the_index_drafts_what_followed_the_longest_earlier_match() -> None:
+    idx = NgramIndex([1, 2, 3, 4, 5, 9, 2, 3, 7, 1, 2, 3])
+    # "1 2 3" last continued with 4 (the later "2 3 7" matches only two tokens).
+    assert idx.draft(3) == [4, 5, 9]
+    idx.extend([4])
+    assert idx.draft(2) == [5, 9]
+    assert NgramIndex([1, 2, 3]).draft(4) == []  # a suffix never matches itself
+    assert NgramIndex([5, 6, 5, 6]).draft(0) == []
+
+
+def test_the_index_prefers_the_most_recent_occurrence() -> None:
+    idx = NgramIndex([1, 2, 8, 1, 2, 9, 1, 2])
+    assert idx.draft(1) == [9]
+
+
+def test_draft_length_grows_on_success_backs_off_and_pauses() -> None:
+    d = DraftLength(max_len=8)
+    assert d.next() == 4
+    d.update(4, 4)
+    assert d.next() == 6
+    d.update(6, 1)  # under half: halve
+    assert d.next() == 3
+    for _ in range(POOR_RUN - 1):
+        d.update(3, 0)
+    assert [d.next() for _ in range(COOLDOWN)] == [0] * COOLDOWN
+    assert d.next() > 0  # drafting resumes
+    assert DraftLength(max_len=2).next() == 2
+
+
+def test_drafts_get_logit_rows_only_in_room_the_decoders_leave() -> None:
+    work = [SeqWork(0, 5, True, num_draft=4), SeqWork(1, 1, True), SeqWork(2, 3, True, 2)]
+    plan = schedule(work, max_tokens=16, max_prefill_chunk=8, free_cells=100)
+    assert plan.chunks == (Chunk(0, 5, True, 5), Chunk(1, 1, True), Chunk(2, 3, True, 3))
+    tight = schedule(work, max_tokens=5, max_prefill_chunk=8, free_cells=100)
+    # Every decoder first, then drafts in plan order as far as they fit.
+    assert tight.chunks == (Chunk(0, 3, True, 3), Chunk(1, 1, True), Chunk(2, 1, True))
+
+
+# -- a worker on the fake --------------------------------------------------------------
+async def generate(
+    rig: Rig, prompt: list[int], n: int, *, temperature: float = 0.0, seed: int | None = None
+) -> tuple[list[int], StreamEvent]:
+    sink: StreamSink = rig.sink()
+    params = SamplingParams(max_new_tokens=n, temperature=temperature, seed=seed)
+    rig.worker.submit(Complete("r", rig.reply(), tuple(prompt), params, sink, 0.0))
+    got: list[StreamEvent] = []
+    for _ in range(400):
+        await rig.tick()
+        got += events(sink)
+        s = rig.worker.table.get("r")
+        if s is not None and s.has_seq:  # the KV holds exactly the session's tokens
+            assert rig.ctx.tokens(s.seq_id) == s.tokens
+        if got and got[-1].kind is not EventKind.TOKEN:
+            break
+    assert got[-1].kind is EventKind.DONE, got[-1]
+    return [t for e in got if e.kind is EventKind.TOKEN for t in e.token_ids], got[-1]
+
+
+PROMPT = [BOS, *b"the cat sat on the mat. the cat sat on the mat. the cat"]
+
+
+def test_greedy_output_is_identical_with_far_fewer_decodes() -> None:
+    async def go() -> None:
+        plain, spec = Rig(copying=True), Rig(copying=True, speculative=True)
+        out_plain, _ = await generate(plain, PROMPT, 40)
+        out_spec, done = await generate(spec, PROMPT, 40)
+        assert out_spec == out_plain and len(out_spec) == 40
+        assert spec.ctx.num_decodes < plain.ctx.num_decodes / 3
+        assert done.stats is not None and done.stats.output_tokens == 40
+
+    run(go)
+
+
+def test_sampled_output_is_the_same_draw_for_draw() -> None:
+    """Each position is drawn once, from the same logits with the same generator, with or
+    without drafts: the standard rule for a draft that proposes one token for sure. So
+    outputs match seed for seed, and the distribution over seeds is the same."""
+
+    async def go() -> None:
+        plain_counts: collections.Counter[tuple[int, ...]] = collections.Counter()
+        spec_counts: collections.Counter[tuple[int, ...]] = collections.Counter()
+        for seed in range(40):
+            plain = Rig(copying=True, stochastic=True)
+            spec = Rig(copying=True, stochastic=True, speculative=True)
+            a, _ = await generate(plain, PROMPT, 12, temperature=0.8, seed=seed)
+            b, _ = await generate(spec, PROMPT, 12, temperature=0.8, seed=seed)
+            assert a == b, seed
+            plain_counts[tuple(a)] += 1
+            spec_counts[tuple(b)] += 1
+        assert len(plain_counts) > 5  # the seeds really sample different outputs
+        assert plain_counts == spec_counts
+
+    run(go)
+
+
+def test_a_budget_or_an_end_inside_a_draft_stops_exactly_there() -> None:
+    async def go() -> None:
+        for n in (1, 2, 5, 9):
+            plain, spec = Rig(copying=True), Rig(copying=True, speculative=True)
+            want, _ = await generate(plain, PROMPT, n)
+            got, done = await generate(spec, PROMPT, n)
+            assert got == want and len(got) == n and done.finish_reason == "length"
+        # "ab!ab" copies on into "!", after which comes the end: drafted past it, the
+        # output still ends at the end token and the KV keeps nothing after "!".
+        prompt = [BOS, *b"xyab!ab"]
+        plain, spec = Rig(copying=True), Rig(copying=True, speculative=True)
+        want, _ = await generate(plain, prompt, 20)
+        got, done = await generate(spec, prompt, 20)
+        assert got == want == [ord("!")] and done.finish_reason == "stop"
+
+    run(go)
+
+
+def test_rejected_drafts_leave_the_kv_as_without_speculation() -> None:
+    """The default rule rarely repeats: drafts are proposed and mostly rejected. The
+    output and the cells stay exact (checked every tick in `generate`)."""
+
+    async def go() -> None:
+        plain, spec = Rig(), Rig(speculative=True)
+        prompt = [BOS, *b"abcabcabcabc"]
+        want, _ = await generate(plain, prompt, 30)
+        got, _ = await generate(spec, prompt, 30)
+        assert got == want
+        s = spec.worker.table.get("r")
+        assert s is not None and spec.ctx.tokens(s.seq_id) == s.tokens
+        stats = [n.stats for n in spec.notices if isinstance(n, RequestDone) and n.stats]
+        assert stats and stats[-1].output_tokens == 30
+
+    run(go)

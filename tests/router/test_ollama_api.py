@@ -1,0 +1,192 @@
+"""Ollama's dialect without a model: the pure translations (keep_alive, options, names)
+and the routes that need no backend, on the real router app in-process."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from juggler.api import ollama as ol
+from juggler.api import ollama_options as oo
+from juggler.config import Settings
+from juggler.errors import BadRequest, NotImplementedParam
+from juggler.registry.catalog import Registry
+from juggler.router.app import create_app
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (0, 0.0),
+        (300, 300.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("-1", -1.0),
+        (-1, -1.0),
+        ("250ms", 0.25),
+        ("10s", 10.0),
+        ("2.5", 2.5),
+    ],
+)
+def test_keep_alive_reads_numbers_and_go_durations(value: Any, seconds: float) -> None:
+    assert oo.parse_keep_alive(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["5 minutes", "m5", "", "1h-2m"])
+def test_a_bad_keep_alive_is_a_400(value: str) -> None:
+    with pytest.raises(BadRequest, match="keep_alive"):
+        oo.parse_keep_alive(value)
+
+
+def test_keep_alive_maps_onto_idle_eviction() -> None:
+    """Issue 13: "keep_alive maps onto residency (0 = unload when idle, a duration =
+    idle timeout, -1 = keep)"."""
+    assert oo.keep_alive_options(0) == {
+        "auto_evict": True,
+        "evict_idle_timeout": 0.0,
+        "downsize_idle_timeout": 0.0,
+    }
+    assert oo.keep_alive_options(600)["evict_idle_timeout"] == 600
+    keep = oo.keep_alive_options(-1)
+    assert keep["auto_evict"] is False and keep["evict_idle_timeout"] >= 10 * 365 * 86400
+
+
+def test_options_split_into_sampling_and_load_options() -> None:
+    sampling, load = oo.split_options(
+        {
+            "temperature": 0.2,
+            "num_predict": 64,
+            "stop": ["\n"],
+            "seed": 7,
+            "num_ctx": 1024,
+            "num_thread": 2,
+            "num_batch": 128,
+            "num_gpu": 0,
+            "mirostat": 0,
+            "use_mmap": True,
+            "top_k": None,
+        }
+    )
+    assert sampling == {"temperature": 0.2, "max_tokens": 64, "stop": ["\n"], "seed": 7}
+    assert load == {
+        "ctx_size": 1024,
+        "llamacpp_backend": "cpu",
+        "llamacpp_args": "--threads 2 --batch-size 128",
+    }
+    assert oo.split_options({"num_predict": -1}) == ({}, {})
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"mirostat": 2},
+        {"typical_p": 0.5},
+        {"num_gpu": 10},
+        {"num_keep": 5},
+        {"use_mlock": True},
+        {"penalize_newline": True},
+    ],
+)
+def test_an_option_juggler_cannot_honour_is_refused_by_name(options: dict[str, Any]) -> None:
+    with pytest.raises(NotImplementedParam) as err:
+        oo.split_options(options)
+    assert err.value.param == f"options.{next(iter(options))}"
+
+
+def test_engine_flags_replace_their_old_values() -> None:
+    assert (
+        oo.merge_engine_args("--workers 2 --threads 4", "--threads 1") == "--workers 2 --threads 1"
+    )
+
+
+def test_names_get_ollamas_default_tag() -> None:
+    assert ol.ollama_name("SmolLM2-135M-Instruct-GGUF") == "SmolLM2-135M-Instruct-GGUF:latest"
+    assert ol.ollama_name("hf.co/a/b:Q4_0") == "hf.co/a/b:Q4_0"
+    assert ol.ollama_name("ns/model") == "ns/model:latest"
+
+
+def test_generate_maps_raw_to_completions_and_the_rest_to_chat() -> None:
+    raw = ol.GenerateBody(model="m", prompt="x", raw=True)
+    assert ol.generate_request(raw) == ("/v1/completions", {"prompt": "x"})
+    chat = ol.GenerateBody(model="m", prompt="x", system="s")
+    path, body = ol.generate_request(chat)
+    assert path == "/v1/chat/completions"
+    assert body["messages"] == [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "x"},
+    ]
+    with pytest.raises(NotImplementedParam, match="suffix"):
+        ol.generate_request(ol.GenerateBody(model="m", prompt="x", suffix="y"))
+
+
+@pytest.fixture()
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
+    app = create_app(Settings(model="", max_body_bytes=4096), Registry(tmp_path / "home"))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_version_tags_and_errors_in_ollamas_shape(client: TestClient) -> None:
+    assert client.get("/api/version").json()["version"] == ol.API_VERSION
+    names = [m["name"] for m in client.get("/api/tags").json()["models"]]
+    assert "SmolLM2-135M-Instruct-GGUF:latest" in names
+    r = client.post("/api/show", json={"model": "nope"})
+    assert r.status_code == 404 and isinstance(r.json()["error"], str)
+    r = client.post("/api/chat", json={"model": "x", "messages": "hi"})
+    assert r.status_code == 400 and "messages" in r.json()["error"]
+    assert client.get("/api/ps").json() == {"models": []}
+    # Lemonade's routes keep OpenAI's error shape
+    assert isinstance(client.get("/api/v1/models/nope").json()["error"], dict)
+
+
+def test_blobs_are_checked_against_their_digest_and_not_size_limited(client: TestClient) -> None:
+    data = b"GGUF" + b"\x07" * 10_000  # larger than max_body_bytes (4096)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    assert client.head(f"/api/blobs/{digest}").status_code == 404
+    bad = client.post(f"/api/blobs/{digest}", content=data + b"!")
+    assert bad.status_code == 400
+    assert client.post(f"/api/blobs/{digest}", content=data).status_code == 201
+    assert client.head(f"/api/blobs/{digest}").status_code == 200
+    assert client.post("/api/blobs/sha256:nothex", content=b"x").status_code == 400
+    assert client.post("/api/chat", content=b"x" * 5000).status_code == 413
+
+
+def test_create_needs_a_source_and_refuses_what_it_cannot_keep(client: TestClient) -> None:
+    r = client.post("/api/create", json={"model": "m"})
+    assert r.status_code == 400
+    r = client.post(
+        "/api/create",
+        json={"model": "m", "from": "SmolLM2-135M-Instruct-GGUF", "system": "be brief"},
+    )
+    assert r.status_code == 400 and "system" in r.json()["error"]
+    r = client.post(
+        "/api/create",
+        json={
+            "model": "m",
+            "from": "SmolLM2-135M-Instruct-GGUF",
+            "parameters": {"temperature": 0.1},
+        },
+    )
+    assert r.status_code == 400 and "parameters.temperature" in r.json()["error"]
+    r = client.post(
+        "/api/create", json={"model": "SmolLM2-135M-Instruct-GGUF", "from": "Gemma-3-270M-GGUF"}
+    )
+    assert r.status_code == 400  # a built-in name cannot be shadowed
+    r = client.post(
+        "/api/create",
+        json={
+            "model": "short",
+            "from": "SmolLM2-135M-Instruct-GGUF",
+            "parameters": {"num_ctx": 512},
+            "stream": False,
+        },
+    )
+    assert r.status_code == 200 and r.json() == {"status": "success"}
+    shown = client.get("/api/v1/models/short").json()
+    assert shown["recipe_options"] == {"ctx_size": 512}

@@ -1,0 +1,119 @@
+"""`juggler run` in a real terminal (a pty, through pexpect) against a real router and
+model: a question, an answer that streams, the session kept across turns, /bye."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pexpect
+import pytest
+
+from tests.conftest import DEFAULT_MODEL, RunningServer
+
+pytestmark = pytest.mark.slow
+
+UP = "\x1b[A"
+
+
+def spawn(server: RunningServer, *args: str) -> pexpect.spawn:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUGGLER_")}
+    env.update(JUGGLER_HOME=str(server.home), JUGGLER_PORT=server.base_url.rsplit(":", 1)[1])
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "juggler", "run", *args],
+        env=env,
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(40, 200),
+    )
+
+
+@pytest.fixture()
+def terminal(chat_server: RunningServer) -> Iterator[pexpect.spawn]:
+    child = spawn(chat_server, DEFAULT_MODEL, "--verbose")
+    try:
+        child.expect("Type /\\? for help")
+        child.expect_exact(">>> ")
+        yield child
+    finally:
+        child.close(force=True)
+
+
+def set_option(child: pexpect.spawn, line: str, name: str) -> None:
+    child.sendline(line)
+    child.expect_exact(f"Set parameter '{name}'")
+    child.expect_exact(">>> ")
+
+
+def test_a_question_gets_a_streamed_answer_the_session_is_kept_and_bye_leaves(
+    chat_server: RunningServer, terminal: pexpect.spawn
+) -> None:
+    child = terminal
+    set_option(child, "/set temperature 0", "temperature")
+    # History (readline): the up arrow brings back the last line.
+    child.send(UP + "\r")
+    child.expect_exact("Set parameter 'temperature' to '0'")
+    child.expect_exact(">>> ")
+    set_option(child, "/set max_tokens 64", "max_tokens")
+    set_option(child, "/set ignore_eos true", "ignore_eos")
+    child.sendline("What is the capital of France?")
+    child.expect_exact("capital of France?\r\n")  # the terminal's echo of the line
+    child.expect(r"\w")
+    first_text = time.monotonic()
+    child.expect(r"(\d+) tokens · ")
+    ended = time.monotonic()
+    assert int(child.match.group(1)) == 64
+    # Streamed: the words came over the whole generation, not all at the end.
+    assert ended - first_text > 0.5, ended - first_text
+    child.expect_exact(">>> ")
+
+    set_option(child, "/set max_tokens 8", "max_tokens")
+    child.sendline('"""And of')
+    child.expect_exact("... ")
+    child.sendline('Italy?"""')
+    child.expect(r"cached (\d+) of (\d+) prompt tokens")
+    # The second turn prefilled only itself: the session kept the first turn's KV.
+    cached, prompt = int(child.match.group(1)), int(child.match.group(2))
+    assert cached > 64 and prompt > cached
+    child.expect_exact(">>> ")
+
+    child.sendline("/bye")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    history = (chat_server.home / "run_history").read_text()
+    assert "What is the capital of France?" in history
+
+
+def test_ctrl_c_stops_an_answer_and_the_chat_goes_on(terminal: pexpect.spawn) -> None:
+    child = terminal
+    set_option(child, "/set max_tokens 2000", "max_tokens")
+    set_option(child, "/set ignore_eos true", "ignore_eos")
+    child.sendline("Tell me a very long story.")
+    child.expect_exact("long story.\r\n")
+    child.expect(r"\w")
+    child.sendintr()
+    child.expect_exact("^C (stopped)")
+    child.expect_exact(">>> ")
+    child.sendline("/clear")
+    child.expect_exact("Cleared the conversation")
+    child.expect_exact(">>> ")
+    child.sendline("/nope")
+    child.expect_exact("Unknown command '/nope'")
+    child.expect_exact(">>> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+
+
+def test_an_unknown_model_is_a_clear_error(chat_server: RunningServer) -> None:
+    child = spawn(chat_server, "No-Such-Model")
+    try:
+        child.expect(r"404[^\n]*No-Such-Model[^\n]*not found")  # (rich colours it)
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 1
+    finally:
+        child.close(force=True)
