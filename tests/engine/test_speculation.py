@@ -15,7 +15,14 @@ from collections.abc import Awaitable, Callable
 
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.batch import Chunk, SeqWork, schedule
-from juggler.engine.schedule.drafts import COOLDOWN, POOR_RUN, DraftLength, NgramIndex
+from juggler.engine.schedule.drafts import (
+    PRIOR_ACCEPT,
+    Acceptance,
+    DecodeCost,
+    NgramIndex,
+    draft_length,
+    expected_tokens,
+)
 from juggler.engine.schedule.messages import Complete, RequestDone
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from tests.engine.fake_llama import BOS
@@ -28,32 +35,54 @@ def run(test: Callable[[], Awaitable[object]]) -> object:
 
 # -- pure parts ------------------------------------------------------------------------
 def test_the_index_drafts_what_followed_the_longest_earlier_match() -> None:
-    idx = NgramIndex([1, 2, 3, 4, 5, 9, 2, 3, 7, 1, 2, 3])
+    idx = NgramIndex([1, 2, 3, 4, 5, 9, 2, 3, 7, 1, 2, 3], sizes=(4, 3, 2))
     # "1 2 3" last continued with 4 (the later "2 3 7" matches only two tokens).
-    assert idx.draft(3) == [4, 5, 9]
+    assert idx.draft(3) == ([4, 5, 9], 3)
     idx.extend([4])
-    assert idx.draft(2) == [5, 9]
-    assert NgramIndex([1, 2, 3]).draft(4) == []  # a suffix never matches itself
-    assert NgramIndex([5, 6, 5, 6]).draft(0) == []
+    assert idx.draft(2) == ([5, 9], 4)
+    assert NgramIndex([1, 2, 3], sizes=(2,)).draft(4) == ([], 0)  # never itself
+    assert NgramIndex([5, 6, 5, 6], sizes=(2,)).draft(0) == ([], 0)
 
 
 def test_the_index_prefers_the_most_recent_occurrence() -> None:
-    idx = NgramIndex([1, 2, 8, 1, 2, 9, 1, 2])
-    assert idx.draft(1) == [9]
+    idx = NgramIndex([1, 2, 8, 1, 2, 9, 1, 2], sizes=(2,))
+    assert idx.draft(1) == ([9], 2)
 
 
-def test_draft_length_grows_on_success_backs_off_and_pauses() -> None:
-    d = DraftLength(max_len=8)
-    assert d.next() == 4
-    d.update(4, 4)
-    assert d.next() == 6
-    d.update(6, 1)  # under half: halve
-    assert d.next() == 3
-    for _ in range(POOR_RUN - 1):
-        d.update(3, 0)
-    assert [d.next() for _ in range(COOLDOWN)] == [0] * COOLDOWN
-    assert d.next() > 0  # drafting resumes
-    assert DraftLength(max_len=2).next() == 2
+def test_acceptance_counts_kept_tokens_and_the_first_refused_one() -> None:
+    a = Acceptance()
+    assert a.rate == PRIOR_ACCEPT
+    for _ in range(30):
+        a.update(4, 4)
+    assert a.rate > 0.97
+    for _ in range(30):
+        a.update(4, 1)  # one kept, one refused, two unobserved
+    assert 0.45 < a.rate < 0.55
+
+
+def test_drafts_are_only_as_long_as_they_pay() -> None:
+    """2 cores, SmolLM2: a decode costs about 6 ms plus 5.5 ms a row."""
+    one = dict(fixed_s=0.006, per_row_s=0.0055, num_seqs=1)
+    assert draft_length(0.3, 8, **one) == 0  # rarely right: never worth a row
+    assert 0 < draft_length(0.75, 8, **one) < draft_length(0.95, 8, **one)
+    assert draft_length(1.0, 8, **one) == 8
+    # Eight streams share the fixed cost: a draft row costs nearly a whole token there.
+    eight = {**one, "num_seqs": 8}
+    assert draft_length(0.75, 8, **eight) == 0
+    assert draft_length(0.99, 8, **eight) >= 1
+    # Where a decode is mostly fixed cost (a GPU), drafts pay much sooner.
+    gpu = dict(fixed_s=0.010, per_row_s=0.0002, num_seqs=8)
+    assert draft_length(0.6, 8, **gpu) >= 3
+    assert expected_tokens(1.0, 3) == 4 and abs(expected_tokens(0.5, 1) - 1.5) < 1e-9
+
+
+def test_decode_cost_learns_fixed_and_per_row_time() -> None:
+    cost = DecodeCost()
+    for _ in range(200):
+        for rows in (1, 4, 8):
+            cost.update(rows, 0.002 + 0.001 * rows)
+    fixed, per_row = cost.fit()
+    assert abs(fixed - 0.002) < 2e-4 and abs(per_row - 0.001) < 1e-4
 
 
 def test_drafts_get_logit_rows_only_in_room_the_decoders_leave() -> None:

@@ -1,47 +1,54 @@
-"""Prompt-lookup (n-gram) speculative decoding: where draft tokens come from, and how
-many to try. Pure: no llama.cpp, no clock, no logging.
+"""Prompt-lookup (n-gram) speculative decoding: where draft tokens come from, how long a
+draft pays, and what a decode costs. Pure: no llama.cpp, no clock, no logging.
 
 A generating sequence often repeats what it has seen: an answer quoting its document, a
 code edit copying most of the file, JSON repeating its keys. So after each sampled
-token the worker looks up the sequence's last n tokens (n = `NGRAM_MAX` down to
-`NGRAM_MIN`) in everything the sequence holds (prompt, session history, its own output)
-and, at the most recent earlier occurrence, takes the tokens that followed as a draft.
-The draft goes into the next decode beside the sampled token, each row with logits; the
-worker then samples row by row and keeps drafts while they equal what it sampled (see
-`worker.decoder`). Sampling every position as usual and keeping a draft token only when
-the draw equals it is the standard speculative rule for a draft that proposes one token
-with certainty: the output distribution, greedy or not, is exactly the model's.
+token the worker looks up the sequence's last n tokens (the longest of `NGRAM_SIZES`
+that matches) in everything the sequence holds (prompt, session history, its own
+output) and, at the most recent earlier occurrence, takes the tokens that followed as a
+draft. The draft goes into the next decode beside the sampled token, each row with
+logits; the worker then samples row by row and keeps drafts while they equal what it
+sampled (see `worker.generation`). Sampling every position as usual and keeping a draft
+token only when the draw equals it is the standard speculative rule for a draft that
+proposes one token with certainty: the output distribution, greedy or not, is exactly
+the model's.
 
-`DraftLength` adapts how many tokens to propose per sequence: it grows while whole
-drafts are accepted and shrinks when few are, and after a run of poor acceptance it
-stops drafting for a while, so open-ended text (where lookups rarely match) does not
-pay for rows the model throws away.
+How long a draft pays (`draft_length`) depends on the hardware: every draft row costs
+compute, and only the decode's fixed cost is saved per accepted token. `DecodeCost`
+learns the decode time as `fixed + per_row * rows` from the decodes the worker runs
+(measured here on 2 CPU cores with SmolLM2: about 6 ms + 5.5 ms a row, so a lone stream
+gains from long, well-accepted drafts and 8 batched streams gain little); `Acceptance`
+estimates how likely each draft token of one sequence is to be kept. A draft is only
+proposed when its expected saving is positive, so open-ended text, where drafts are
+rarely right, does not pay for rows the model throws away.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-#: Longest and shortest suffix looked up (longer matches are more often right).
-NGRAM_MAX = 4
-NGRAM_MIN = 2
-#: Drafts start at this length and never exceed `max_len` (EngineFlags.spec_draft_max).
-START_LEN = 4
-#: After this many drafts in a row with under half their tokens accepted, pause...
-POOR_RUN = 3
-#: ...for this many sampled tokens before drafting again.
-COOLDOWN = 32
+#: Suffix lengths looked up, longest first: a long match is more often right.
+NGRAM_SIZES = (12, 8, 5, 3)
+#: A draft token is kept with this probability until a sequence has shown its own.
+PRIOR_ACCEPT = 0.75
+#: Weight of the prior, in draft tokens.
+PRIOR_WEIGHT = 4.0
+#: Older observations fade by this factor per verified draft.
+DECAY = 0.9
+#: While drafts do not pay, a one-token draft is still tried this often (sampled tokens),
+#: so that a sequence that starts to quote is noticed.
+PROBE_EVERY = 16
 
 
 class NgramIndex:
     """The tokens of one sequence and, for each n-gram, where it last continued.
 
-    `extend` is O(`NGRAM_MAX`) per token; `draft` is O(`NGRAM_MAX`). An n-gram is indexed
-    only once a token follows it, so the sequence's own last n tokens never match
-    themselves."""
+    `extend` is O(len(NGRAM_SIZES)) per token, `draft` O(len(NGRAM_SIZES)). An n-gram is
+    indexed once a token follows it, so the last n tokens never match themselves."""
 
-    def __init__(self, tokens: Iterable[int] = ()) -> None:
+    def __init__(self, tokens: Iterable[int] = (), sizes: tuple[int, ...] = NGRAM_SIZES) -> None:
+        self.sizes = tuple(sorted(sizes, reverse=True))
         self.tokens: list[int] = []
         self._next: dict[tuple[int, ...], int] = {}
         self.extend(tokens)
@@ -50,65 +57,103 @@ class NgramIndex:
         return len(self.tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
-        toks, nxt = self.tokens, self._next
+        toks, nxt, sizes = self.tokens, self._next, self.sizes
         for t in tokens:
             end = len(toks)
-            for n in range(NGRAM_MIN, NGRAM_MAX + 1):
+            for n in sizes:
                 if end >= n:
                     nxt[tuple(toks[end - n : end])] = end
             toks.append(t)
 
-    def draft(self, max_len: int) -> list[int]:
+    def draft(self, max_len: int) -> tuple[list[int], int]:
         """Up to `max_len` tokens that followed the longest earlier match of the current
-        suffix (most recent occurrence); [] when nothing matches."""
+        suffix (its most recent occurrence), and that match's length; ([], 0) if none."""
         toks = self.tokens
         if max_len <= 0:
-            return []
-        for n in range(min(NGRAM_MAX, len(toks)), NGRAM_MIN - 1, -1):
+            return [], 0
+        for n in self.sizes:
+            if len(toks) < n:
+                continue
             at = self._next.get(tuple(toks[len(toks) - n :]))
             if at is not None:
-                return toks[at : at + max_len]
-        return []
+                return toks[at : at + max_len], n
+        return [], 0
 
 
 @dataclass
-class DraftLength:
-    """How many tokens the next draft of one sequence may have (adaptive)."""
+class Acceptance:
+    """How likely one sequence's next draft token is to be kept (a decaying count)."""
 
-    max_len: int
-    length: int = START_LEN
-    #: Drafts in a row that had under half their tokens accepted.
-    poor: int = 0
-    #: Sampled tokens left before drafting resumes (0: draft).
-    paused: int = 0
-    num_drafted: int = field(default=0)
-    num_accepted: int = field(default=0)
+    kept: float = PRIOR_ACCEPT * PRIOR_WEIGHT
+    seen: float = PRIOR_WEIGHT
 
-    def __post_init__(self) -> None:
-        self.length = min(self.length, self.max_len)
-
-    def next(self) -> int:
-        """The draft length to try now (0 while paused)."""
-        if self.paused:
-            self.paused -= 1
-            return 0
-        return self.length
+    @property
+    def rate(self) -> float:
+        return self.kept / self.seen
 
     def update(self, drafted: int, accepted: int) -> None:
-        """A draft of `drafted` tokens had its first `accepted` kept."""
+        """A draft of `drafted` tokens had its first `accepted` kept: that many tokens were
+        kept and, unless all were, one was refused (those after it say nothing)."""
         if drafted <= 0:
             return
-        self.num_drafted += drafted
-        self.num_accepted += accepted
-        if accepted == drafted:
-            self.length = min(self.max_len, self.length + 2)
-            self.poor = 0
-        elif 2 * accepted < drafted:
-            self.length = max(1, self.length // 2)
-            self.poor += 1
-            if self.poor >= POOR_RUN:
-                self.poor = 0
-                self.paused = COOLDOWN
-                self.length = START_LEN if self.max_len >= START_LEN else self.max_len
-        else:
-            self.poor = 0
+        seen = accepted + (1 if accepted < drafted else 0)
+        self.kept = self.kept * DECAY + accepted
+        self.seen = self.seen * DECAY + seen
+
+
+def expected_tokens(p: float, k: int) -> float:
+    """Tokens a decode yields with a k-token draft kept token by token with chance p."""
+    if p >= 1.0:
+        return float(k + 1)
+    return (1.0 - p ** (k + 1)) / (1.0 - p)
+
+
+def draft_length(p: float, max_len: int, *, fixed_s: float, per_row_s: float, num_seqs: int) -> int:
+    """The draft length with the largest expected saving for one of `num_seqs` sequences
+    decoded together, or 0 when no length saves time.
+
+    A draft of k rows adds `k * per_row_s` to the decode and yields E(k) - 1 extra
+    tokens, each of which would otherwise take its own later decode slot: this
+    sequence's share of the fixed cost plus its row."""
+    if max_len <= 0 or per_row_s <= 0.0:
+        return 0
+    slot = fixed_s / max(1, num_seqs) + per_row_s
+    best, best_gain = 0, 0.0
+    for k in range(1, max_len + 1):
+        gain = (expected_tokens(p, k) - 1.0) * slot - k * per_row_s
+        if gain > best_gain:
+            best, best_gain = k, gain
+    return best
+
+
+class DecodeCost:
+    """A running least-squares fit of decode time = fixed + per_row * rows, with old
+    decodes fading (`weight` per decode), from (rows, seconds) the worker measures."""
+
+    def __init__(self, fixed_s: float = 0.006, per_row_s: float = 0.0055) -> None:
+        # Seeded with two made-up decodes that say the defaults, worth a few real ones.
+        self._n = self._x = self._y = self._xx = self._xy = 0.0
+        for rows, w in ((1, 2.0), (9, 2.0)):
+            self._add(rows, fixed_s + per_row_s * rows, w)
+
+    def _add(self, rows: float, seconds: float, w: float) -> None:
+        self._n += w
+        self._x += w * rows
+        self._y += w * seconds
+        self._xx += w * rows * rows
+        self._xy += w * rows * seconds
+
+    def update(self, rows: int, seconds: float, keep: float = 0.98) -> None:
+        for attr in ("_n", "_x", "_y", "_xx", "_xy"):
+            setattr(self, attr, getattr(self, attr) * keep)
+        self._add(rows, seconds, 1.0)
+
+    def fit(self) -> tuple[float, float]:
+        """(fixed_s, per_row_s), both at least 0."""
+        var = self._xx - self._x * self._x / self._n
+        if var <= 1e-9:
+            return max(0.0, self._y / self._n), 0.0
+        per_row = (self._xy - self._x * self._y / self._n) / var
+        per_row = max(0.0, per_row)
+        fixed = max(0.0, (self._y - per_row * self._x) / self._n)
+        return fixed, per_row

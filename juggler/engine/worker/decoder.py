@@ -125,8 +125,12 @@ class Decoder:
         rows = self._fill(chunks, by_seq)
         t0 = time.perf_counter()
         rc = self.ctx.decode(self.batch)
+        took = time.perf_counter() - t0
         self.num_decodes += 1
-        self.decode_s += time.perf_counter() - t0
+        self.decode_s += took
+        if rc == 0 and all(c.wants_logits and c.num_logits == c.num_tokens for c in chunks):
+            # Only decoding rows (no prompt prefill): what sizes the next drafts.
+            self.gens.cost.update(sum(c.num_tokens for c in chunks), took)
         if rc != 0:
             self._on_decode_failed(chunks, by_seq, rc)
             return False

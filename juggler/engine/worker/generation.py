@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from juggler.engine.llama.ports import LlamaModel, Logits
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogprob, token_logprobs
-from juggler.engine.schedule.drafts import DraftLength
+from juggler.engine.schedule.drafts import DecodeCost
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
@@ -74,6 +74,8 @@ class Generations:
         #: Draft tokens decoded, and how many of them the samples kept (all generations).
         self.num_drafted = 0
         self.num_accepted = 0
+        #: What a decode costs on this worker (the decoder measures, drafts are sized by it).
+        self.cost = DecodeCost()
 
     def begin(
         self,
@@ -104,7 +106,7 @@ class Generations:
         )
         spec = params.speculative if params.speculative is not None else self.speculative
         if spec:
-            g.spec = Speculation(DraftLength(self.spec_draft_max))
+            g.spec = Speculation(self.spec_draft_max)
         s.generation = g
         s.state = SessionState.GENERATING
         s.last_used = self.clock.tick
@@ -139,7 +141,7 @@ class Generations:
             if g.spec is not None:
                 g.spec.verified(len(drafts), kept)
         if s.generation is g and g.spec is not None:
-            g.spec.propose(s, g, self.n_ctx)
+            g.spec.propose(s, g, self.n_ctx, self.cost, self.kv.table.num_running())
 
     def on_sampled(
         self, s: Session, token: int, logits: Callable[[], Logits], *, in_kv: bool = False

@@ -1,0 +1,219 @@
+"""Speculative decoding on grounded work (issue 16): Juggler with and without prompt-lookup
+drafts, and llama.cpp's own server plain and with its n-gram speculation.
+
+    bench/build_llamacpp.sh            # once: llama-server from the same llama.cpp
+    .venv/bin/python bench/bench_spec.py [--rounds 3] [--levels 1,8] [--tokens 160]
+        [--workloads quote,code,story] [--llama-spec ngram-simple,ngram-map-k]
+
+Workloads (chat, greedy, `--tokens` new tokens a request):
+  quote  a ~1,500-token document of twelve paragraphs; "quote the paragraph about X"
+  code   a ~1,200-token Python file (this repository's schedule/batch.py); "rewrite it
+         with one function renamed, whole file"
+  story  "write a story about X": open-ended, the control (drafts rarely match)
+At N streams each stream asks its own variant (another paragraph, another name).
+
+Servers, all started once and measured in interleaved order every round (the first
+round warms every prompt cache and is not counted):
+  juggler      the backend (`python -m juggler.engine`), requests with speculative=false
+  juggler+spec the same backend, requests with speculative=true
+  llama        llama-server -np 8 -kvu, no speculation
+  llama+<type> llama-server with `--spec-type <type>` for each `--llama-spec` type
+Each figure is generated tokens over the burst's wall time. Printed: every round, the
+median tokens/s, and the medians of per-round ratios that issue 16's goals name.
+Never part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+from bench_engine import BIN, Server, free_port, smol_path, start, wait_ready
+
+ROOT = Path(__file__).resolve().parent.parent
+CTX = 16384
+TOPICS = [
+    "harbor", "orchard", "glassworks", "observatory", "mill", "library",
+    "bridge", "market", "foundry", "vineyard", "archive", "lighthouse",
+]  # fmt: skip
+NAMES = ["plan_batch", "build_plan", "make_plan", "assemble", "fill_plan", "compose",
+         "arrange", "lay_out"]  # fmt: skip
+ANIMALS = ["dragon", "otter", "fox", "owl", "whale", "badger", "heron", "lynx"]
+
+
+def paragraph(i: int, topic: str) -> str:
+    return (
+        f"The {topic} of Varenholm was built in the year {1400 + 37 * i} by a guild of "
+        f"{12 + i} families. Every spring the keepers of the {topic} counted the stores, "
+        f"mended the roofs and wrote the numbers into a ledger bound in green leather. "
+        f"Travellers said the {topic} smelled of cedar and rain, and that its bell rang "
+        f"{3 + i % 4} times at noon. When the river flooded in {1500 + 11 * i}, the {topic} "
+        f"sheltered {40 + 9 * i} people for {2 + i % 5} weeks, and the guild still tells "
+        f"that story each autumn."
+    )
+
+
+DOCUMENT = "\n\n".join(paragraph(i, t) for i, t in enumerate(TOPICS))
+CODE = (ROOT / "juggler" / "engine" / "schedule" / "batch.py").read_text()[:4800]
+
+
+def messages(workload: str, i: int) -> list[dict[str, str]]:
+    if workload == "quote":
+        topic = TOPICS[i % len(TOPICS)]
+        ask = f"Quote, word for word, the paragraph about the {topic}."
+        return [
+            {"role": "system", "content": "Answer from the document. Quote exactly."},
+            {"role": "user", "content": f"{DOCUMENT}\n\n{ask}"},
+        ]
+    if workload == "code":
+        name = NAMES[i % len(NAMES)]
+        ask = f"Rewrite this file with the function `schedule` renamed to `{name}`. Output the whole file."
+        return [{"role": "user", "content": f"{ask}\n\n```python\n{CODE}\n```"}]
+    animal = ANIMALS[i % len(ANIMALS)]
+    return [{"role": "user", "content": f"Write a long story about a {animal} and a river."}]
+
+
+def start_backend() -> Server:
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "juggler.engine", "--model-path", str(smol_path()),
+        "--model-name", "smol", "--port", str(port), "--threads", "2", "--parallel", "8",
+        "--ctx-size", str(CTX), "--cache-cells", str(CTX),
+    ]  # fmt: skip
+    proc, log = start(cmd, "spec-juggler", {"PYTHONPATH": str(ROOT)})
+    server = Server("juggler", proc, f"http://127.0.0.1:{port}", None, log)
+    wait_ready(server, "/health", lambda r: r.status_code == 200)
+    return server
+
+
+def start_llama(spec: str | None) -> Server | None:
+    exe = BIN / "llama-server"
+    if not exe.exists():
+        return None
+    port = free_port()
+    cmd = [
+        str(exe), "-m", str(smol_path()), "-t", "2", "-tb", "2", "-np", "8", "-c", str(CTX),
+        "-kvu", "--host", "127.0.0.1", "--port", str(port),
+        *(["--spec-type", spec] if spec else []),
+    ]  # fmt: skip
+    proc, log = start(cmd, f"spec-llama-{spec or 'plain'}")
+    server = Server(
+        f"llama+{spec}" if spec else "llama", proc, f"http://127.0.0.1:{port}", None, log
+    )
+    wait_ready(server, "/health", lambda r: r.status_code == 200)
+    return server
+
+
+def burst(url: str, workload: str, streams: int, tokens: int, extra: dict[str, Any]) -> float:
+    def one(i: int) -> int:
+        body = {
+            "model": "smol",
+            "messages": messages(workload, i),
+            "max_tokens": tokens,
+            "temperature": 0,
+            **extra,
+        }
+        with httpx.Client(timeout=900) as c:
+            r = c.post(url + "/v1/chat/completions", json=body)
+            r.raise_for_status()
+            return int(r.json()["usage"]["completion_tokens"])
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        total = sum(pool.map(one, range(streams)))
+    return total / (time.perf_counter() - t0)
+
+
+def llama_version() -> str:
+    exe = BIN / "llama-server"
+    if not exe.exists():
+        return "not built (bench/build_llamacpp.sh)"
+    import subprocess
+
+    out = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
+    return " ".join((out.stdout + out.stderr).split()[-9:])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--levels", default="1,8")
+    p.add_argument("--tokens", type=int, default=160)
+    p.add_argument("--workloads", default="quote,code,story")
+    p.add_argument("--llama-spec", default="ngram-simple,ngram-map-k,ngram-mod")
+    args = p.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    workloads = args.workloads.split(",")
+    print(f"llama-server: {llama_version()}", flush=True)
+    juggler = start_backend()
+    servers: dict[str, tuple[Server, dict[str, Any]]] = {
+        "juggler": (juggler, {"speculative": False}),
+        "juggler+spec": (juggler, {"speculative": True}),
+    }
+    started = [juggler]
+    try:
+        for spec in [None, *[s for s in args.llama_spec.split(",") if s]]:
+            server = start_llama(spec)
+            if server is not None:
+                started.append(server)
+                servers[server.name] = (server, {})
+        results: dict[tuple[str, int, str], list[float]] = defaultdict(list)
+        names = list(servers)
+        for r in range(args.rounds + 1):
+            for w in workloads:
+                for n in levels:
+                    order = names[r % len(names) :] + names[: r % len(names)]
+                    row = []
+                    for name in order:
+                        server, extra = servers[name]
+                        tps = burst(server.url, w, n, args.tokens, extra)
+                        if r > 0:
+                            results[(w, n, name)].append(tps)
+                        row.append(f"{name} {tps:6.1f}")
+                    label = "warm-up" if r == 0 else f"round {r}"
+                    print(f"{label:8s} {w:5s} x{n}: " + "  ".join(row), flush=True)
+        report(results, workloads, levels, names)
+    finally:
+        for s in started:
+            s.stop()
+
+
+def report(
+    results: dict[tuple[str, int, str], list[float]],
+    workloads: list[str],
+    levels: list[int],
+    names: list[str],
+) -> None:
+    def ratio(w: str, n: int, a: str, b: str) -> float | None:
+        xs, ys = results.get((w, n, a)), results.get((w, n, b))
+        if not xs or not ys:
+            return None
+        return statistics.median(x / y for x, y in zip(xs, ys, strict=True))
+
+    print("\nmedian tokens/s:")
+    for w in workloads:
+        for n in levels:
+            cells = [f"{name} {statistics.median(results[(w, n, name)]):6.1f}" for name in names]
+            print(f"  {w:5s} x{n}: " + "  ".join(cells))
+    llama_specs = [x for x in names if x.startswith("llama+")]
+    print("\nmedian of per-round ratios:")
+    for w in workloads:
+        for n in levels:
+            parts = [f"spec/no-spec {ratio(w, n, 'juggler+spec', 'juggler'):.2f}x"]
+            if "llama" in names:
+                parts.append(f"no-spec/llama {ratio(w, n, 'juggler', 'llama'):.2f}x")
+            if llama_specs:
+                best = max(llama_specs, key=lambda x: statistics.median(results[(w, n, x)]))
+                parts.append(f"spec/{best} (best) {ratio(w, n, 'juggler+spec', best):.2f}x")
+            print(f"  {w:5s} x{n}: " + "   ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
