@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from juggler.engine.llama.ports import Adapter, LlamaModel
 from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.worker.context_slot import ContextSlot
+from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.session import Session
+from juggler.errors import Conflict
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,26 @@ def busy_adapters(sessions: Iterable[Session]) -> set[str]:
         for s in sessions
         if s.adapter is not None and (s.generation is not None or (s.pending and s.has_seq))
     }
+
+
+def can_run(adapters: AdapterSet, s: Session, sessions: Iterable[Session]) -> bool:
+    """Whether `s`'s work may run now: it needs no adapter, or its adapter is loaded or
+    can be (work waiting for an adapter slot is no work until one frees)."""
+    if s.adapter is None or adapters.is_loaded(s.adapter):
+        return True
+    return adapters.can_serve(s.adapter, busy_adapters(sessions))
+
+
+def drop_unregistered(adapters: AdapterSet, kv: KvBook, adapter_id: str) -> dict[str, object]:
+    """Unload an unregistered adapter; Conflict while a request runs with it. Cached
+    prefixes made with it are forgotten (no request can name it any more)."""
+    if adapter_id in busy_adapters(kv.table.values()):
+        raise Conflict(f"LoRA adapter {adapter_id!r} is in use by a running request")
+    for s in list(kv.table.values()):
+        if s.adapter_id == adapter_id and s.is_ephemeral:
+            kv.evict(s.seq_id)
+    kv.parked.entries = [p for p in kv.parked.entries if p.adapter_id != adapter_id]
+    return {"adapter_id": adapter_id, "unloaded": adapters.drop(adapter_id)}
 
 
 class AdapterSet:

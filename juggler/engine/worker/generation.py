@@ -9,6 +9,7 @@ that is too far behind, or an error; `finish` sends the final event with the sta
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 
@@ -194,6 +195,16 @@ class Generations:
             return
         if g.num_generated >= g.max_new_tokens or s.n_past + len(s.pending) >= self.n_ctx:
             self.finish(s, "length")
+
+    def abort_all(self, error: JugglerError) -> None:
+        """The worker died: end every generation's stream with `error`, nothing else."""
+        for s in self.kv.table.values():
+            g = s.generation
+            if g is not None:
+                s.generation = None
+                g.sink.finish(StreamEvent(EventKind.ERROR, error=error))
+                with contextlib.suppress(Exception):
+                    g.sampler.close()
 
     def finish(self, s: Session, reason: str, error: JugglerError | None = None) -> None:
         """End the session's generation: final event, stats, back to IDLE or CACHED."""

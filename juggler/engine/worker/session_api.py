@@ -10,7 +10,6 @@ command's answer (the worker's dispatch rejects the future with it).
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 
 from juggler.engine.cache.prefix_cache import Reuse
@@ -32,7 +31,7 @@ from juggler.engine.worker.config import MAX_WAITING, QUEUE_TIMEOUT_S, Clock
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.inputs import SessionInputs
 from juggler.engine.worker.kv import KvBook
-from juggler.engine.worker.pending import PendingGenerates
+from juggler.engine.worker.pending import PendingGenerates, WaitingRequests
 from juggler.engine.worker.policy import (
     Admission,
     admit_stateless,
@@ -80,8 +79,7 @@ class SessionApi:
         self.max_waiting = max_waiting
         self.queue_timeout_s = queue_timeout_s
         #: Stateless requests waiting for a sequence or for KV cells, and since when.
-        self.waiting: collections.deque[Complete] = collections.deque()
-        self._enqueued_at: dict[str, float] = {}
+        self.waiting = WaitingRequests()
         #: Session generates waiting for a sequence.
         self.pending = PendingGenerates()
 
@@ -235,8 +233,7 @@ class SessionApi:
             )
             if verdict is Admission.WAIT:
                 return
-            del self.waiting[i]
-            self._enqueued_at.pop(cmd.request_id, None)
+            self.waiting.pop(i)
             if verdict is Admission.REFUSE:
                 error = full_message(live, len(cmd.prompt) + 1, self.kv.n_ctx)
                 self.refuse_stateless(cmd, ContextOverflow(error))
@@ -253,18 +250,25 @@ class SessionApi:
         while (cmd := self.pending.first()) is not None:
             s = self.table.get(cmd.session_id)
             if s is None or s.is_ephemeral:
-                self.pending.pop_first()
+                self.pending.pop()
                 self.outbox.reject(
                     cmd.reply, SessionNotFound(f"session not found: {cmd.session_id}")
                 )
                 continue
             if not self._unpark(s) or not self.adapters.load(s.adapter, self._busy()):
                 return  # every sequence is still generating, or every adapter slot busy
-            self.pending.pop_first()
+            self.pending.pop()
             try:
                 self._start_generate(s, cmd)
             except JugglerError as exc:
                 self.outbox.reject(cmd.reply, exc)
+
+    def reject_all(self, error: JugglerError) -> None:
+        """The worker died: refuse everything that waits."""
+        for waiting in self.waiting.drain():
+            self.outbox.reject(waiting.reply, error)
+        for cmd in self.pending.drain():
+            self.outbox.reject(cmd.reply, error)
 
     def _timed_out(self, adapter: AdapterRef | None = None) -> TooManyRequests:
         if adapter is not None and not self.adapters.is_loaded(adapter):
@@ -289,25 +293,15 @@ class SessionApi:
     def enqueue(self, cmd: Complete) -> None:
         """A stateless request joins the wait; past `max_waiting` it is refused (429)."""
         self._check_room_to_wait()
-        self.waiting.append(cmd)
-        self._enqueued_at[cmd.request_id] = self.clock.now()
+        self.waiting.add(cmd, self.clock.now())
 
     def _expire_waiting(self) -> None:
-        if not self.waiting:
-            return
-        now = self.clock.now()
-        kept: collections.deque[Complete] = collections.deque()
-        for cmd in self.waiting:
-            if cmd.sink.is_cancelled:  # the client went away: it holds nothing any more
-                self.outbox.reject(cmd.reply, JugglerError("the client went away"))
-                self.notify(RequestDone(cmd.request_id, self.worker_id))
-            elif now - self._enqueued_at.get(cmd.request_id, now) > self.queue_timeout_s:
-                self.refuse_stateless(cmd, self._timed_out(cmd.adapter))
-            else:
-                kept.append(cmd)
-                continue
-            self._enqueued_at.pop(cmd.request_id, None)
-        self.waiting = kept
+        gone, late = self.waiting.take_expired(self.clock.now(), self.queue_timeout_s)
+        for cmd in gone:  # the client went away: it holds nothing any more
+            self.outbox.reject(cmd.reply, JugglerError("the client went away"))
+            self.notify(RequestDone(cmd.request_id, self.worker_id))
+        for cmd in late:
+            self.refuse_stateless(cmd, self._timed_out(cmd.adapter))
 
     def start_stateless(self, cmd: Complete, reuse: Reuse) -> None:
         """Start a stateless request on the sequence `reuse` chose, keeping its cached

@@ -31,7 +31,6 @@ its KV cells; see `kv`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import queue
 import time
@@ -53,8 +52,7 @@ from juggler.engine.schedule.messages import (
     WorkerCommand,
     reply_of,
 )
-from juggler.engine.schedule.stream import EventKind, StreamEvent
-from juggler.engine.worker.adapters import AdapterSet, busy_adapters
+from juggler.engine.worker.adapters import AdapterSet, can_run, drop_unregistered
 from juggler.engine.worker.config import Clock, WorkerConfig
 from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.decoder import Decoder, Outcome
@@ -66,7 +64,7 @@ from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.engine.worker.session_api import SessionApi
 from juggler.engine.worker.snapshot import take_snapshot
 from juggler.engine.worker.table import SessionTable
-from juggler.errors import Conflict, EngineDead, JugglerError
+from juggler.errors import EngineDead, JugglerError
 
 log = logging.getLogger(__name__)
 
@@ -185,18 +183,8 @@ class Worker(OwnerThread):
         self.kv.spill.close()
 
     def fail_all(self, error: EngineDead) -> None:
-        for s in self.table.values():
-            g = s.generation
-            if g is not None:
-                s.generation = None
-                g.sink.finish(StreamEvent(EventKind.ERROR, error=error))
-                with contextlib.suppress(Exception):
-                    g.sampler.close()
-        waiting = self.api.waiting
-        while waiting:
-            self.outbox.reject(waiting.popleft().reply, error)
-        for cmd in self.api.pending.drain():
-            self.outbox.reject(cmd.reply, error)
+        self.gens.abort_all(error)
+        self.api.reject_all(error)
 
     # -- the loop ---------------------------------------------------------------------------
     def has_work(self) -> bool:
@@ -204,19 +192,13 @@ class Worker(OwnerThread):
             return False
         if self.api.waiting:
             return True
-        busy: set[str] | None = None
-        for s in self.table.values():
-            if not s.has_seq or not (
-                s.generation is not None or len(s.pending) > 1 or (s.needs_logits and s.pending)
-            ):
-                continue
-            if s.adapter is None or self.adapters.is_loaded(s.adapter):
-                return True
-            # Work waiting for an adapter slot is work only once one can be had.
-            busy = busy_adapters(self.table.values()) if busy is None else busy
-            if self.adapters.can_serve(s.adapter, busy):
-                return True
-        return False
+        sessions = self.table.values()
+        return any(
+            s.has_seq
+            and (s.generation is not None or len(s.pending) > 1 or (s.needs_logits and s.pending))
+            and can_run(self.adapters, s, sessions)
+            for s in sessions
+        )
 
     def step(self) -> None:
         """One tick of the loop (see the module doc); steps 2 to 7 are the `Decoder`'s."""
@@ -277,17 +259,6 @@ class Worker(OwnerThread):
             if self.is_stopping:
                 return
 
-    def _drop_adapter(self, adapter_id: str) -> dict[str, object]:
-        """Unload an unregistered adapter; refused while a request runs with it. Cached
-        prefixes made with it are forgotten (no request can name it any more)."""
-        if adapter_id in busy_adapters(self.table.values()):
-            raise Conflict(f"LoRA adapter {adapter_id!r} is in use by a running request")
-        for s in list(self.table.values()):
-            if s.adapter_id == adapter_id and s.is_ephemeral:
-                self.kv.evict(s.seq_id)
-        self.kv.parked.entries = [p for p in self.kv.parked.entries if p.adapter_id != adapter_id]
-        return {"adapter_id": adapter_id, "unloaded": self.adapters.drop(adapter_id)}
-
     def _only_eager_work(self) -> bool:
         """Only appended input waits, none of it ending in a speculative header (which
         is worth prefilling at once: its logits are kept for the generate)."""
@@ -315,7 +286,8 @@ class Worker(OwnerThread):
                     self.soft_idle.restore()
                     self.api.generate(cmd)
                 case DropAdapter():
-                    self.outbox.resolve(cmd.reply, self._drop_adapter(cmd.adapter_id))
+                    unloaded = drop_unregistered(self.adapters, self.kv, cmd.adapter_id)
+                    self.outbox.resolve(cmd.reply, unloaded)
                 case Cancel():
                     self.api.cancel(cmd)
                 case EndSession():
