@@ -11,8 +11,10 @@ What maps where (ollama/ollama docs/api.md):
   400 naming it, unless its value is what Juggler does anyway (`mirostat: 0`, ...).
 - `keep_alive` (seconds, or a Go duration "5m", "1h30m"): 0 unloads the model once
   idle, a duration is its idle timeout, a negative value keeps it (no idle timeout).
-- Fields with no Juggler meaning (images, tools, format, think, suffix, template,
-  context, logprobs) are refused with 400 when set, never ignored.
+- `format` and `tools` (with tool calls and tool results in `messages`) become OpenAI's
+  `response_format` and `tools` (see `ollama_chat`).
+- Fields Juggler cannot honour (images, think, suffix, template, context, logprobs) are
+  refused with 400 when set, saying why, never ignored.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from juggler.api.ollama_chat import Format, Message, format_fields, openai_messages
+from juggler.api.structured import Tool
 from juggler.errors import BadRequest, NotImplementedParam
 
 #: The Ollama API version Juggler speaks (clients check /api/version).
@@ -32,21 +36,12 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Message(_Body):
-    role: StrictStr
-    content: StrictStr | None = None
-    images: list[Any] | None = None
-    tool_calls: list[Any] | None = None
-    tool_name: StrictStr | None = None
-    thinking: StrictStr | None = None
-
-
 class _Generating(_Body):
     model: StrictStr = Field(min_length=1)
     stream: StrictBool = True
     options: dict[StrictStr, Any] | None = None
     keep_alive: float | StrictStr | None = None
-    format: Any = None
+    format: Format = None
     think: StrictBool | StrictStr | None = None
     logprobs: StrictBool | None = None
     top_logprobs: int | None = None
@@ -54,7 +49,7 @@ class _Generating(_Body):
 
 class ChatBody(_Generating):
     messages: list[Message] | None = None
-    tools: list[Any] | None = None
+    tools: list[Tool] | None = Field(None, max_length=128)
 
 
 class GenerateBody(_Generating):
@@ -132,58 +127,80 @@ def refuse_set(fields: dict[str, Any], why: str) -> None:
 
 
 # -- requests ----------------------------------------------------------------------------------
+#: Why Juggler refuses what it cannot honour.
+NO_VISION = (
+    "Juggler serves no vision model (no image projector is loaded), so images cannot be read"
+)
+NO_THINKING = "Juggler serves no reasoning model, so there is no thinking to turn on or show"
+
+
 def _refuse_generation_extras(body: _Generating) -> None:
+    refuse_set({"think": body.think}, NO_THINKING)
     refuse_set(
-        {
-            "format": body.format,
-            "think": body.think,
-            "logprobs": body.logprobs,
-            "top_logprobs": body.top_logprobs,
-        },
-        "not supported by Juggler's engine",
+        {"logprobs": body.logprobs, "top_logprobs": body.top_logprobs},
+        "not built on Ollama's routes (chat completions under /v1 have logprobs)",
     )
 
 
-def chat_messages(body: ChatBody) -> list[dict[str, str]]:
+def chat_request(body: ChatBody) -> dict[str, Any]:
+    """The OpenAI chat body (without sampling) of a non-empty /api/chat: messages, and
+    tools or a response format."""
     _refuse_generation_extras(body)
-    refuse_set({"tools": body.tools}, "tool calling is not supported through /api/chat")
-    out = []
-    for i, m in enumerate(body.messages or []):
-        refuse_set(
-            {
-                f"messages[{i}].images": m.images,
-                f"messages[{i}].tool_calls": m.tool_calls,
-                f"messages[{i}].tool_name": m.tool_name,
-                f"messages[{i}].thinking": m.thinking,
-            },
-            "only text messages are supported",
+    if body.tools and body.format not in (None, ""):
+        raise NotImplementedParam(
+            "format", "with tools: a model either calls tools or answers in a format"
         )
-        out.append({"role": m.role, "content": m.content or ""})
-    return out
+    for i, m in enumerate(body.messages or []):
+        refuse_set({f"messages[{i}].images": m.images}, NO_VISION)
+        refuse_set({f"messages[{i}].thinking": m.thinking}, NO_THINKING)
+        if m.role != "tool" and (m.tool_name or m.tool_call_id):
+            field = "tool_name" if m.tool_name else "tool_call_id"
+            raise BadRequest(
+                f"messages[{i}].{field}: only tool messages answer a tool call",
+                param=f"messages[{i}].{field}",
+            )
+        if m.tool_calls and m.role != "assistant":
+            raise BadRequest(
+                f"messages[{i}].tool_calls: only assistant messages call tools",
+                param=f"messages[{i}].tool_calls",
+            )
+    out: dict[str, Any] = {"messages": openai_messages(body.messages or [])}
+    if body.tools:
+        out["tools"] = [t.model_dump(exclude_none=True) for t in body.tools]
+    return {**out, **format_fields(body.format, raw=False)}
 
 
 def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
     """(backend path, OpenAI body without sampling) for a non-empty /api/generate."""
     _refuse_generation_extras(body)
+    refuse_set({"images": body.images}, NO_VISION)
+    refuse_set({"suffix": body.suffix}, "fill-in-the-middle is not built")
     refuse_set(
-        {
-            "suffix": body.suffix,
-            "template": body.template,
-            "context": body.context,
-            "images": body.images,
-            "width": body.width,
-            "height": body.height,
-            "steps": body.steps,
-        },
-        "not supported by Juggler",
+        {"template": body.template},
+        "Juggler renders the model's own chat template (send raw: true with a prompt "
+        "formatted your way)",
+    )
+    refuse_set(
+        {"context": body.context},
+        "Juggler keeps no token contexts; send the conversation as /api/chat messages",
+    )
+    refuse_set(
+        {"width": body.width, "height": body.height, "steps": body.steps},
+        "image generation is not built",
     )
     if body.raw:
         if body.system:
             raise BadRequest("system cannot be used with raw", param="system")
-        return "/v1/completions", {"prompt": body.prompt or ""}
+        return "/v1/completions", {
+            "prompt": body.prompt or "",
+            **format_fields(body.format, raw=True),
+        }
     messages = [{"role": "system", "content": body.system}] if body.system else []
     messages.append({"role": "user", "content": body.prompt or ""})
-    return "/v1/chat/completions", {"messages": messages}
+    return "/v1/chat/completions", {
+        "messages": messages,
+        **format_fields(body.format, raw=False),
+    }
 
 
 def openai_body(model: str, base: dict[str, Any], sampling: dict[str, Any]) -> dict[str, Any]:

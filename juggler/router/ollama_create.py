@@ -27,8 +27,9 @@ from juggler.registry.locks import disk_errors, temp_beside
 from juggler.router.bodies import parse
 from juggler.router.deps import RouterState, state_of
 from juggler.router.model_routes import is_admin
+from juggler.router.ollama_answer import line
 from juggler.router.ollama_models import inferred_labels
-from juggler.router.ollama_routes import NDJSON, _line
+from juggler.router.ollama_routes import NDJSON
 from juggler.router.openapi import body_of
 from juggler.router.security import check_registration
 
@@ -110,7 +111,7 @@ async def create(request: Request) -> Response:
         state.pins.save_options(body.model, load)
     if not body.stream:
         return JSONResponse({"status": "success"})
-    lines = [_line({"status": s}) for s in ("using existing layer", "writing manifest", "success")]
+    lines = [line({"status": s}) for s in ("using existing layer", "writing manifest", "success")]
     return Response(b"".join(lines), media_type=NDJSON)
 
 

@@ -35,7 +35,8 @@ from juggler.router.bodies import parse
 from juggler.router.catalog_view import FileFacts, file_facts
 from juggler.router.deps import RouterState, state_of
 from juggler.router.model_routes import delete_model
-from juggler.router.ollama_routes import NDJSON, _line
+from juggler.router.ollama_answer import line
+from juggler.router.ollama_routes import NDJSON
 from juggler.router.openapi import body_of
 from juggler.router.pulls import EventKind, hf_ref_of, known_model, pull_events
 from juggler.types import ModelInfo, ModelType
@@ -112,6 +113,14 @@ async def ps(request: Request) -> dict[str, Any]:
     return {"models": models}
 
 
+def capabilities(kind: ModelType) -> list[str]:
+    """Ollama's capability list: every chat model calls tools (Juggler's generic tool
+    format works with any chat template); no vision, thinking or insert (suffix)."""
+    if kind is ModelType.EMBEDDING:
+        return ["embedding"]
+    return ["completion", "tools"] if kind is ModelType.LLM else ["completion"]
+
+
 @router.post("/api/show", openapi_extra=body_of(ol.NameBody))
 async def show(request: Request) -> dict[str, Any]:
     state = state_of(request)
@@ -130,7 +139,7 @@ async def show(request: Request) -> dict[str, Any]:
         "template": str(meta.get("tokenizer.chat_template", "")),
         "details": details(info, facts),
         "model_info": model_info,
-        "capabilities": ["embedding"] if info.type is ModelType.EMBEDDING else ["completion"],
+        "capabilities": capabilities(info.type),
         "modified_at": ol.iso_at(facts.modified_at or 0),
     }
 
@@ -182,12 +191,12 @@ def _known(state: RouterState, name: str) -> bool:
 
 
 async def _pull_lines(ref: Any, register: Any) -> AsyncIterator[bytes]:
-    yield _line({"status": "pulling manifest"})
+    yield line({"status": "pulling manifest"})
     async for event in pull_events(ref, register):
         if event.kind is EventKind.PROGRESS and event.progress is not None:
             p = event.progress
             digest = f"sha256:{p.digest}" if p.digest else p.file
-            yield _line(
+            yield line(
                 {
                     "status": f"pulling {(p.digest or p.file)[:12]}",
                     "digest": digest,
@@ -197,9 +206,9 @@ async def _pull_lines(ref: Any, register: Any) -> AsyncIterator[bytes]:
             )
         elif event.kind is EventKind.COMPLETE:
             for status in ("verifying sha256 digest", "writing manifest", "success"):
-                yield _line({"status": status})
+                yield line({"status": status})
         elif event.error is not None:
-            yield _line({"error": event.error.message})
+            yield line({"error": event.error.message})
 
 
 @router.delete("/api/delete", openapi_extra=body_of(ol.NameBody))

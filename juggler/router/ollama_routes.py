@@ -2,12 +2,11 @@
 default, or one JSON object with `stream: false`), `/api/embed` and the older
 `/api/embeddings`.
 
-A thin dialect: bodies and their meaning are `juggler.api.ollama`; residency goes
-through the manager (`residency.ensure_options` for `options` and `keep_alive`);
-inference through the proxy to the same backend routes the OpenAI API uses. The backend
-is always asked to stream (with usage), so the router times the answer itself:
-`load_duration` is the time until the backend started answering (queueing and loading
-included), `prompt_eval_duration` until its first token, `eval_duration` the rest.
+A thin dialect: bodies and their meaning are `juggler.api.ollama` (`format` and
+`tools`: `juggler.api.ollama_chat`); residency goes through the manager
+(`residency.ensure_options` for `options` and `keep_alive`); inference through the proxy
+to the same backend routes the OpenAI API uses. The backend is always asked to stream
+(with usage), so the router times the answer itself (`ollama_answer`).
 An empty `messages`/`prompt` loads the model (with `keep_alive: 0`, unloads it).
 """
 
@@ -24,9 +23,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from juggler.api import ollama as ol
 from juggler.api import ollama_options as oo
 from juggler.api import sse
-from juggler.errors import BadRequest, JugglerError, NotImplementedParam
+from juggler.errors import BadRequest, NotImplementedParam
 from juggler.router.bodies import parse
 from juggler.router.deps import RouterState, state_of
+from juggler.router.ollama_answer import OllamaAnswer, backend_error
 from juggler.router.openapi import body_of
 from juggler.router.residency import (
     current_options,
@@ -37,21 +37,6 @@ from juggler.router.residency import (
 
 router = APIRouter()
 NDJSON = "application/x-ndjson"
-#: How often a non-streaming answer checks that its client is still there.
-DISCONNECT_POLL_S = 0.25
-
-
-def backend_error(response: Response) -> JugglerError:
-    """A backend's JSON error answer as the error it stands for."""
-    try:
-        err = json.loads(bytes(response.body)).get("error", {})
-    except (ValueError, AttributeError):
-        err = {}
-    exc = JugglerError(str(err.get("message") or f"backend answered {response.status_code}"))
-    exc.status = response.status_code
-    exc.code = str(err.get("code") or "backend_error")
-    exc.param = err.get("param")
-    return exc
 
 
 def _keep(keep: Any) -> dict[str, Any]:
@@ -80,92 +65,10 @@ async def _load_only(
     return {**out, "done": True, "done_reason": reason}
 
 
-class _Answer:
-    """Backend OpenAI stream -> Ollama objects, timed by the router."""
-
-    def __init__(self, asked: str, chat: bool, t0: float, t_open: float) -> None:
-        self.asked, self.chat = asked, chat
-        #: Whether the backend answers in chat chunks (`delta`) or completion ones (`text`).
-        self.from_chat = chat
-        self.t0, self.t_open = t0, t_open
-        self.t_first: float | None = None
-        self.finish: str | None = None
-        self.usage: dict[str, Any] = {}
-
-    def piece(self, text: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"model": self.asked, "created_at": ol.now_iso()}
-        if self.chat:
-            out["message"] = {"role": "assistant", "content": text}
-        else:
-            out["response"] = text
-        return {**out, "done": False}
-
-    def final(self, text: str = "") -> dict[str, Any]:
-        end = time.perf_counter()
-        first = self.t_first or end
-        out = self.piece(text)
-        out.update(
-            done=True,
-            done_reason=ol.done_reason(self.finish),
-            total_duration=int((end - self.t0) * 1e9),
-            load_duration=int((self.t_open - self.t0) * 1e9),
-            prompt_eval_count=int(self.usage.get("prompt_tokens", 0)),
-            prompt_eval_duration=int((first - self.t_open) * 1e9),
-            eval_count=int(self.usage.get("completion_tokens", 0)),
-            eval_duration=int((end - first) * 1e9),
-        )
-        return out
-
-    async def texts(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-        """The generated text pieces; raises a backend's in-stream error."""
-        async for ev in events:
-            if "error" in ev:
-                err = ev["error"] if isinstance(ev["error"], dict) else {"message": ev["error"]}
-                raise JugglerError(str(err.get("message", "backend error")))
-            if ev.get("usage"):
-                self.usage = ev["usage"]
-            for choice in ev.get("choices") or []:
-                if self.from_chat:
-                    text = (choice.get("delta") or {}).get("content")
-                else:
-                    text = choice.get("text")
-                if choice.get("finish_reason"):
-                    self.finish = choice["finish_reason"]
-                if text:
-                    if self.t_first is None:
-                        self.t_first = time.perf_counter()
-                    yield text
-
-    async def ndjson(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-        try:
-            async for text in self.texts(events):
-                yield _line(self.piece(text))
-            yield _line(self.final())
-        except JugglerError as exc:
-            yield _line({"error": exc.message})
-
-    async def whole(
-        self, events: AsyncIterator[dict[str, Any]], request: Request
-    ) -> dict[str, Any]:
-        parts: list[str] = []
-        checked = time.monotonic()
-        async for text in self.texts(events):
-            parts.append(text)
-            if time.monotonic() - checked > DISCONNECT_POLL_S:
-                checked = time.monotonic()
-                if await request.is_disconnected():
-                    break  # closing the stream cancels the generation in the backend
-        return self.final("".join(parts))
-
-
-def _line(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
-
-
 async def _generate(
     request: Request,
     state: RouterState,
-    answer: _Answer,
+    answer: OllamaAnswer,
     model: str,
     path: str,
     body: dict[str, Any],
@@ -210,13 +113,13 @@ async def chat(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, ol.ChatBody)
     model = state.registry.lookup(body.model).name
-    messages = ol.chat_messages(body)
     sampling, load = oo.split_options(body.options)
-    if not messages:
+    if not body.messages:
         return await _load_only(state, body.model, model, load, body.keep_alive, chat=True)
+    base = ol.chat_request(body)
     await ensure_options(state, model, load)
-    oa = ol.openai_body(model, {"messages": messages}, sampling)
-    answer = _Answer(body.model, True, t0, t0)
+    oa = ol.openai_body(model, base, sampling)
+    answer = OllamaAnswer(body.model, True, t0)
     keep = _keep(body.keep_alive)
     path = "/v1/chat/completions"
     return await _generate(request, state, answer, model, path, oa, body.stream, keep)
@@ -234,7 +137,7 @@ async def generate(request: Request) -> Any:
         return await _load_only(state, body.model, model, load, body.keep_alive, chat=False)
     await ensure_options(state, model, load)
     oa = ol.openai_body(model, base, sampling)
-    answer = _Answer(body.model, False, t0, t0)
+    answer = OllamaAnswer(body.model, False, t0)
     keep = _keep(body.keep_alive)
     return await _generate(request, state, answer, model, path, oa, body.stream, keep)
 

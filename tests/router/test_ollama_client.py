@@ -74,7 +74,7 @@ def test_list_and_show_describe_the_gguf(client: ollama.Client) -> None:
     shown = client.show(DEFAULT_MODEL)
     assert shown.details is not None and shown.details.family == "llama"
     assert shown.details.parameter_size == "135M" and shown.details.quantization_level == "Q4_1"
-    assert shown.capabilities == ["completion"]
+    assert shown.capabilities == ["completion", "tools"]
     assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] == 8192
 
 
@@ -115,9 +115,8 @@ def test_generate_streaming_raw_and_with_a_system_prompt(client: ollama.Client) 
     [
         ({"options": {"mirostat": 2}}, "options.mirostat"),
         ({"options": {"num_gpu": 3}}, "options.num_gpu"),
-        ({"format": "json"}, "format"),
         ({"think": True}, "think"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"format": "json", "tools": [{"type": "function", "function": {"name": "f"}}]}, "format"),
     ],
 )
 def test_what_juggler_cannot_honour_is_a_400_naming_it(
