@@ -82,6 +82,8 @@ class Settings(BaseModel):
     admin_api_key: str | None = None
     #: Request bodies larger than this get 413.
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    #: A file upload (Ollama's blobs) larger than this gets 413.
+    max_upload_bytes: int = Field(64 * 1024**3, ge=1024)
     #: Whether the `command` recipe (a model served by a command line) may run at all.
     #: Only the config file or the environment can turn it on, never an HTTP request.
     allow_command_recipes: bool = False

@@ -6,7 +6,8 @@ Every key is validated as the config file is (an unknown key or a bad value is a
 naming it), kept in the config file so it survives a restart, and applied as far as a
 running server can:
 - at once: `max_loaded_models`, `auto_evict`, `auto_evict_threshold_pct`,
-  `max_queued_requests`, `queue_timeout_s`, `log_level`, `model_dirs`;
+  `max_queued_requests`, `queue_timeout_s`, `log_level`, `model_dirs`,
+  `max_upload_bytes`;
 - at the next load of a model: the per-model defaults and the engine shape;
 - after a restart: the rest (`host`, `port`, ...), listed in `restart_required`.
 Keys that widen what clients may do (`allow_command_recipes`) or that are secrets
@@ -48,6 +49,7 @@ NOW = frozenset(
         "queue_timeout_s",
         "log_level",
         "model_dirs",
+        "max_upload_bytes",
     }
 )
 NEXT_LOAD = frozenset(

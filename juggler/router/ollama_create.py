@@ -6,7 +6,8 @@ create makes a model from an existing one (`from` a name: same file), a local GG
 `security.check_registration`) or an uploaded blob (`files`); its `parameters` become the
 new model's saved load options (sampling parameters, system prompts and templates are
 not kept: 400). Blobs are stored in the model cache under their SHA-256, checked on
-upload; an upload is not limited by `max_body_bytes` (it streams to disk).
+upload; an upload is not limited by `max_body_bytes` (it streams to disk) but by
+`max_upload_bytes` and the free space it must leave (`uploads.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 
 from fastapi import APIRouter, Request, Response
@@ -32,6 +34,7 @@ from juggler.router.ollama_models import inferred_labels
 from juggler.router.ollama_routes import NDJSON
 from juggler.router.openapi import body_of
 from juggler.router.security import check_registration
+from juggler.router.uploads import UploadBudget
 
 router = APIRouter()
 _DIGEST = re.compile(r"^sha256[:-](?P<hex>[0-9a-f]{64})$")
@@ -42,6 +45,10 @@ def blob_path(digest: str) -> Path:
     if match is None:
         raise BadRequest(f"{digest!r} is not a sha256:<64 hex digits> digest", param="digest")
     return cache_dir() / "blobs" / f"sha256-{match['hex']}.gguf"
+
+
+def _free(directory: Path) -> int:
+    return shutil.disk_usage(directory).free
 
 
 @router.head("/api/blobs/{digest}")
@@ -58,18 +65,30 @@ _BINARY_BODY = {
 }
 
 
+def _declared_length(request: Request) -> int | None:
+    value = request.headers.get("content-length", "")
+    return int(value) if value.isdigit() else None
+
+
 @router.post("/api/blobs/{digest}", openapi_extra=_BINARY_BODY)
 async def blob_upload(digest: str, request: Request) -> Response:
-    """Store an uploaded file in the model cache under its SHA-256 (checked)."""
+    """Store an uploaded file in the model cache under its SHA-256 (checked), within
+    `max_upload_bytes` and the disk's free space (`uploads`); a refused or failed
+    upload leaves no file behind."""
     target = blob_path(digest)
     if target.is_file():
         return Response(status_code=200)
     target.parent.mkdir(parents=True, exist_ok=True)
+    budget = UploadBudget(state_of(request).settings.max_upload_bytes, _free(target.parent))
+    budget.check_declared(_declared_length(request))
     partial = temp_beside(target)
     h = hashlib.sha256()
     try:
         with disk_errors(str(target)), partial.open("wb") as f:
             async for chunk in request.stream():
+                if budget.take(len(chunk)):
+                    f.flush()
+                    budget.recheck(_free(target.parent))
                 h.update(chunk)
                 f.write(chunk)
         if f"sha256:{h.hexdigest()}" != digest.replace("-", ":", 1):

@@ -4,6 +4,7 @@ and the routes that need no backend, on the real router app in-process."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ from fastapi.testclient import TestClient
 from juggler.api import ollama as ol
 from juggler.api import ollama_options as oo
 from juggler.config import Settings
-from juggler.errors import BadRequest, NotImplementedParam
+from juggler.errors import BadRequest, InsufficientStorage, NotImplementedParam, PayloadTooLarge
 from juggler.registry.catalog import Registry
+from juggler.router import uploads
 from juggler.router.app import create_app
 
 
@@ -145,7 +147,9 @@ def test_version_tags_and_errors_in_ollamas_shape(client: TestClient) -> None:
     assert isinstance(client.get("/api/v1/models/nope").json()["error"], dict)
 
 
-def test_blobs_are_checked_against_their_digest_and_not_size_limited(client: TestClient) -> None:
+def test_blobs_are_checked_against_their_digest_and_not_held_to_max_body_bytes(
+    client: TestClient,
+) -> None:
     data = b"GGUF" + b"\x07" * 10_000  # larger than max_body_bytes (4096)
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     assert client.head(f"/api/blobs/{digest}").status_code == 404
@@ -155,6 +159,77 @@ def test_blobs_are_checked_against_their_digest_and_not_size_limited(client: Tes
     assert client.head(f"/api/blobs/{digest}").status_code == 200
     assert client.post("/api/blobs/sha256:nothex", content=b"x").status_code == 400
     assert client.post("/api/chat", content=b"x" * 5000).status_code == 413
+
+
+def _chunks(size: int, chunk: int = 64 * 1024) -> Iterator[bytes]:
+    for start in range(0, size, chunk):
+        yield b"\x07" * min(chunk, size - start)
+
+
+def _blob_files(home: Path) -> list[Path]:
+    return list((home / "models" / "blobs").glob("*"))
+
+
+@pytest.fixture()
+def small_uploads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
+    settings = Settings(model="", max_upload_bytes=1024 * 1024)
+    with TestClient(create_app(settings, Registry(tmp_path / "home"))) as c:
+        yield c
+
+
+def test_an_upload_over_max_upload_bytes_is_413_by_length_or_by_count(
+    small_uploads: TestClient, tmp_path: Path
+) -> None:
+    """Declared too large: refused before a byte is read. Sent without a length (or
+    with a false one): refused once the count passes the limit. No file is left."""
+    data = b"\x07" * (1024 * 1024 + 1)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    r = small_uploads.post(f"/api/blobs/{digest}", content=data)
+    assert r.status_code == 413 and "max_upload_bytes" in r.json()["error"]
+    r = small_uploads.post(f"/api/blobs/{digest}", content=_chunks(len(data)))
+    assert r.status_code == 413 and "max_upload_bytes" in r.json()["error"]
+    r = small_uploads.post(
+        f"/api/blobs/{digest}", content=_chunks(len(data)), headers={"Content-Length": "10"}
+    )
+    assert r.status_code == 413
+    assert _blob_files(tmp_path / "home") == []
+    ok = b"\x07" * (1024 * 1024)
+    r = small_uploads.post(f"/api/blobs/sha256:{hashlib.sha256(ok).hexdigest()}", content=ok)
+    assert r.status_code == 201 and len(_blob_files(tmp_path / "home")) == 1
+
+
+def test_an_upload_that_would_leave_under_1_gib_free_is_507(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Content-Length that would leave less than 1 GiB free on the model cache's disk
+    is refused up front (the disk's real free space); counted while streaming, the
+    upload stops where the reserve begins (the reserve raised to just under today's free
+    space, so that a few MiB reach it) and leaves no partial file."""
+    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
+    blobs = tmp_path / "home" / "models" / "blobs"
+    blobs.mkdir(parents=True)
+    settings = Settings(model="", max_upload_bytes=1 << 60)
+    with TestClient(create_app(settings, Registry(tmp_path / "home"))) as client:
+        digest = "sha256:" + "0" * 64
+        headers = {"Content-Length": str(shutil.disk_usage(blobs).free)}
+        r = client.post(f"/api/blobs/{digest}", content=b"GGUF", headers=headers)
+        assert r.status_code == 507 and "free" in r.json()["error"]
+        monkeypatch.setattr(uploads, "MIN_FREE_BYTES", shutil.disk_usage(blobs).free - (2 << 20))
+        r = client.post(f"/api/blobs/{digest}", content=_chunks(64 << 20))
+        assert r.status_code == 507 and "free" in r.json()["error"]
+    assert list(blobs.glob("*")) == []
+
+
+def test_an_upload_budget_measures_the_disk_again_as_it_fills() -> None:
+    budget = uploads.UploadBudget(max_bytes=1 << 40, free_bytes=uploads.MIN_FREE_BYTES * 4)
+    assert budget.take(uploads.RECHECK_BYTES - 1) is False
+    assert budget.take(1) is True  # time to measure: another writer may have filled it
+    budget.recheck(uploads.MIN_FREE_BYTES)
+    with pytest.raises(InsufficientStorage):
+        budget.recheck(uploads.MIN_FREE_BYTES - 1)
+    with pytest.raises(PayloadTooLarge):
+        uploads.UploadBudget(max_bytes=10, free_bytes=1 << 40).check_declared(11)
 
 
 def test_create_needs_a_source_and_refuses_what_it_cannot_keep(client: TestClient) -> None:
