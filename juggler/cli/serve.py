@@ -24,7 +24,7 @@ def serve(
     ] = None,
     api_key: Annotated[str | None, typer.Option(help="Require this Bearer key.")] = None,
     admin_api_key: Annotated[
-        str | None, typer.Option(help="Require this key on /internal/*.")
+        str | None, typer.Option(help="Require this key on /internal/* and the logs.")
     ] = None,
     ctx_size: Annotated[int | None, typer.Option(help="Default context size.")] = None,
     workers: Annotated[

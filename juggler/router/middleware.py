@@ -13,8 +13,8 @@ import secrets
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from juggler.errors import Forbidden, JugglerError, PayloadTooLarge, Unauthorized, render
-from juggler.router.security import bearer, is_loopback, key_matches
+from juggler.errors import JugglerError, PayloadTooLarge, Unauthorized, render
+from juggler.router.security import admin_only, admin_refusal, bearer, key_matches
 from juggler.router.ui_routes import OPEN_PAGES, OPEN_PREFIX
 
 log = logging.getLogger("juggler.router")
@@ -86,8 +86,8 @@ def is_open(path: str) -> bool:
 
 class AuthMiddleware:
     """`api_key` guards every route but /live and the dashboard's files (the admin key
-    works there too); /internal/* needs the admin key when one is set, else a loopback
-    client."""
+    works there too); /internal/* and the logs need the admin key when one is set, else
+    a loopback client (`security.admin_refusal`)."""
 
     def __init__(self, app: ASGIApp, *, api_key: str | None, admin_api_key: str | None) -> None:
         self.app = app
@@ -102,21 +102,21 @@ class AuthMiddleware:
         is_admin = key_matches(token, self.admin_api_key)
         scope.setdefault("state", {})["is_admin"] = is_admin
         rid = request_id_of(scope)
-        if scope["path"].startswith("/internal/"):
-            if self.admin_api_key and not is_admin:
-                await send_error(send, Unauthorized("a valid admin API key is required"), rid)
-                return
+        what = admin_only(scope["path"])
+        if what is not None:
             client = scope.get("client")
-            if not self.admin_api_key and not is_loopback(client[0] if client else None):
-                await send_error(
-                    send,
-                    Forbidden(
-                        "/internal/* answers loopback clients only unless admin_api_key is set"
-                    ),
-                    rid,
-                )
+            refusal = admin_refusal(
+                what,
+                is_admin=is_admin,
+                has_admin_key=bool(self.admin_api_key),
+                client_host=client[0] if client else None,
+            )
+            if refusal is not None:
+                await send_error(send, refusal, rid)
                 return
-        elif self.api_key and not (is_admin or key_matches(token, self.api_key)):
+        # /internal/* is the admin's (or loopback's) alone; the admin key works everywhere.
+        needs_api_key = bool(self.api_key) and what != "/internal/*" and not is_admin
+        if needs_api_key and not key_matches(token, self.api_key):
             await send_error(
                 send, Unauthorized("a valid API key is required (Authorization: Bearer)"), rid
             )

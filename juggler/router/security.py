@@ -7,6 +7,8 @@ Juggler's model (README "Security"):
 - `/internal/*` (pin, runtime settings, config) needs the admin key when one is set;
   without one it answers loopback clients only, so a server opened to the network with
   `host=0.0.0.0` and no admin key never lets a remote client change its settings.
+- `GET /api/v1/logs` is guarded the same way (`admin_only`): backend output may hold
+  other users' prompts. Without an admin key it also needs the API key, as every route.
 - Registering a model over HTTP that names a command, or a local file outside the model
   directories (Juggler's model cache and the admin's `model_dirs`), needs the admin key,
   and a command needs `allow_command_recipes` in the config file as well (no HTTP request
@@ -24,7 +26,7 @@ import ipaddress
 from pathlib import Path
 
 from juggler.config import Settings
-from juggler.errors import BadRequest, Forbidden
+from juggler.errors import BadRequest, Forbidden, JugglerError, Unauthorized
 from juggler.registry.checkpoint import HfRef, LocalRef, PackageRef, cache_dir, parse_checkpoint
 
 
@@ -50,6 +52,31 @@ def is_loopback(host: str | None) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+#: The logs route, under each API prefix.
+LOG_PATHS = frozenset({"/api/v1/logs", "/v1/logs"})
+
+
+def admin_only(path: str) -> str | None:
+    """What an admin-only path is, in words for its errors; None for any other path."""
+    if path.startswith("/internal/"):
+        return "/internal/*"
+    if path.rstrip("/") in LOG_PATHS:
+        return "the logs (backend output may hold other users' prompts)"
+    return None
+
+
+def admin_refusal(
+    what: str, *, is_admin: bool, has_admin_key: bool, client_host: str | None
+) -> JugglerError | None:
+    """Why an admin-only path refuses this client (None: it may go on): the admin key is
+    required when one is set; without one, only loopback clients are answered."""
+    if has_admin_key and not is_admin:
+        return Unauthorized(f"{what}: a valid admin API key is required")
+    if not has_admin_key and not is_loopback(client_host):
+        return Forbidden(f"{what}: loopback clients only, unless admin_api_key is set")
+    return None
 
 
 def model_dirs(settings: Settings) -> list[Path]:

@@ -252,3 +252,46 @@ def test_with_an_api_key_the_page_asks_once_and_keeps_it(tmp_path: Path, page: P
         assert refused == []
     finally:
         server.stop()
+
+
+def test_the_logs_ask_for_the_admin_key_and_the_other_pages_keep_working(
+    tmp_path: Path, page: Page
+) -> None:
+    """Backend output may hold other users' prompts, so the logs need the admin key when
+    one is set: the Logs page says so and takes the key (kept in the tab like the API
+    key); the API key alone still serves every other page."""
+    server = start_server(
+        tmp_path / "admin", "--model", "", "--api-key", "s3cret", "--admin-api-key", "4dmin"
+    )
+    try:
+        p = page.page
+        p.goto(server.base_url + "/")
+        p.wait_for_selector("#key-dialog[open]")
+        p.fill("#key-input", "s3cret")
+        p.click("#key-form button[type=submit]")
+        p.wait_for_selector(row(DEFAULT_MODEL) + '[data-status="unloaded"]')
+        p.click('#tabs a[data-tab="logs"]')
+        notice = p.wait_for_selector("#logs-locked:not([hidden])")
+        assert "admin key" in notice.inner_text() and "401" in notice.inner_text()
+        assert p.locator("#key-dialog[open]").count() == 0  # the page asks, it does not nag
+        assert p.locator("#logs-view .line").count() == 0
+        p.click("#logs-admin-key")
+        p.wait_for_selector("#key-dialog[open][data-slot='admin']")
+        assert p.inner_text("#key-title") == "Admin key"
+        p.fill("#key-input", "4dmin")
+        p.click("#key-form button[type=submit]")
+        p.wait_for_selector('#logs-view .line[data-source="router"]')
+        assert p.locator("#logs-locked:not([hidden])").count() == 0
+        keys = p.evaluate(
+            "[sessionStorage.getItem('juggler.apiKey'), sessionStorage.getItem('juggler.adminKey')]"
+        )
+        assert keys == ["s3cret", "4dmin"]
+        p.click('#tabs a[data-tab="models"]')
+        p.wait_for_selector(row(GEMMA))
+        p.click('#tabs a[data-tab="pull"]')
+        p.wait_for_selector("#pull-table tbody tr", state="attached")
+        assert p.locator("#key-dialog[open]").count() == 0
+        refused = [e for e in page.errors if "401" not in e]
+        assert refused == []
+    finally:
+        server.stop()

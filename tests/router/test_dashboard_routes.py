@@ -22,7 +22,8 @@ KEY = {"Authorization": "Bearer user-key"}
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TestClient:
     monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
     app = create_app(Settings(model="", api_key="user-key"), Registry(home=tmp_path / "home"))
-    return TestClient(app, raise_server_exceptions=False)
+    # A loopback peer, as the page on the same machine: the logs answer it (no admin key).
+    return TestClient(app, raise_server_exceptions=False, client=("127.0.0.1", 50000))
 
 
 def test_the_page_is_served_at_root_and_ui_without_a_key(client: TestClient) -> None:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from juggler.config import Settings
 from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
+from juggler.router.security import LOG_PATHS
 
 ADMIN = {"Authorization": "Bearer admin-secret"}
 
@@ -23,9 +24,11 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "home"
 
 
-def client(home: Path, **values: Any) -> TestClient:
+def client(home: Path, peer: tuple[str, int] = ("testclient", 50000), **values: Any) -> TestClient:
+    """The app in-process; the peer "testclient" is not a loopback client."""
     settings = Settings(model="", **values)
-    return TestClient(create_app(settings, Registry(home=home)), raise_server_exceptions=False)
+    app = create_app(settings, Registry(home=home))
+    return TestClient(app, raise_server_exceptions=False, client=peer)
 
 
 @pytest.fixture()
@@ -88,6 +91,36 @@ def test_internal_routes_need_the_admin_key_or_a_loopback_client(home: Path) -> 
         ok = c.post("/internal/set", json={"max_loaded_models": 3}, headers=ADMIN)
         assert ok.status_code == 200
         assert "admin_api_key" not in c.get("/internal/config", headers=ADMIN).json()
+
+
+LOOPBACK = ("127.0.0.1", 50000)
+
+
+def test_the_logs_need_the_admin_key_or_a_loopback_client(home: Path) -> None:
+    """Backend output may hold other users' prompts: `GET /api/v1/logs` is guarded like
+    /internal/*, the admin key when one is set, else loopback clients only (and still
+    the API key, as every route)."""
+    user = {"Authorization": "Bearer user-key"}
+    for path in ("/api/v1/logs", "/v1/logs"):
+        with client(home, api_key="user-key") as remote:  # peer "testclient"
+            r = remote.get(path, headers=user)
+            assert r.status_code == 403 and "loopback" in r.json()["error"]["message"]
+        with client(home, peer=LOOPBACK, api_key="user-key") as local:
+            assert local.get(path).status_code == 401  # the API key, as everywhere
+            assert local.get(path, headers=user).status_code == 200
+        with client(home, api_key="user-key", admin_api_key="admin-secret") as c:
+            r = c.get(path, headers=user)
+            assert r.status_code == 401 and "admin" in r.json()["error"]["message"]
+            assert c.get(path).status_code == 401
+            assert c.get(path, headers=ADMIN).status_code == 200  # from anywhere
+            assert c.get("/api/v1/health", headers=user).status_code == 200
+
+
+def test_every_logs_route_is_guarded(home: Path) -> None:
+    """A new mount of the logs route cannot slip past the guard."""
+    app = create_app(Settings(model=""), Registry(home=home))
+    logs = {p for p in app.openapi()["paths"] if p.rstrip("/").endswith("/logs")}
+    assert logs and logs <= LOG_PATHS
 
 
 def test_api_key_accepts_the_admin_key_and_refuses_others(home: Path) -> None:

@@ -1,9 +1,17 @@
-// The one place the page talks to the server: JSON calls, SSE streams, the API key.
+// The one place the page talks to the server: JSON calls, SSE streams, the keys.
 //
-// The key is asked for once (when the server answers 401) and kept in sessionStorage,
-// so it lasts as long as the tab and never leaves this origin.
+// The API key is asked for once (when the server answers 401) and kept in
+// sessionStorage, so it lasts as long as the tab and never leaves this origin. The admin
+// key (for what only the admin may see, such as the logs) is kept the same way, apart:
+// calls made with `{admin: true}` send it (else the API key) and, refused, throw for
+// their page to ask for it, instead of asking for the API key.
 
 const KEY = "juggler.apiKey";
+const ADMIN_KEY = "juggler.adminKey";
+const SLOTS = {
+  api: { title: "API key", key: KEY },
+  admin: { title: "Admin key", key: ADMIN_KEY },
+};
 
 export class ApiError extends Error {
   constructor(status, message, code = null, param = null) {
@@ -18,21 +26,34 @@ export function apiKey() {
   return sessionStorage.getItem(KEY) || "";
 }
 
+export function adminKey() {
+  return sessionStorage.getItem(ADMIN_KEY) || "";
+}
+
+function store(slot, key) {
+  if (key) sessionStorage.setItem(SLOTS[slot].key, key);
+  else sessionStorage.removeItem(SLOTS[slot].key);
+}
+
 export function setApiKey(key) {
-  if (key) sessionStorage.setItem(KEY, key);
-  else sessionStorage.removeItem(KEY);
+  store("api", key);
 }
 
 let asking = null;
 
-/** Show the key dialog (once, however many calls wait for it); resolves with the key. */
-export function askKey(reason) {
+/**
+ * Show the key dialog (once, however many calls wait for it); resolves with the key,
+ * kept as the API key, or with slot "admin" as the admin key.
+ */
+export function askKey(reason, slot = "api") {
   if (asking) return asking;
   const dialog = document.getElementById("key-dialog");
   const form = document.getElementById("key-form");
   const input = document.getElementById("key-input");
+  document.getElementById("key-title").textContent = SLOTS[slot].title;
   document.getElementById("key-reason").textContent = reason || "This server needs an API key.";
-  input.value = apiKey();
+  dialog.dataset.slot = slot;
+  input.value = slot === "admin" ? adminKey() : apiKey();
   asking = new Promise((resolve, reject) => {
     const done = (key) => {
       form.removeEventListener("submit", onSubmit);
@@ -44,7 +65,7 @@ export function askKey(reason) {
     };
     const onSubmit = (ev) => {
       ev.preventDefault();
-      setApiKey(input.value.trim());
+      store(slot, input.value.trim());
       done(input.value.trim());
     };
     const onCancel = () => done(null);
@@ -57,10 +78,10 @@ export function askKey(reason) {
   return asking;
 }
 
-function headers(json) {
+function headers(json, admin) {
   const out = {};
   if (json) out["Content-Type"] = "application/json";
-  const key = apiKey();
+  const key = (admin && adminKey()) || apiKey();
   if (key) out.Authorization = `Bearer ${key}`;
   return out;
 }
@@ -85,15 +106,22 @@ async function errorOf(response) {
   return new ApiError(response.status, message, code, param);
 }
 
-/** fetch with the key; on 401 asks for the key and tries again. Returns the Response. */
-export async function send(method, path, body, signal) {
+/**
+ * fetch with the key; on 401 asks for the key and tries again. Returns the Response.
+ * `admin`: send the admin key (else the API key); a 401 or 403 throws, for the caller
+ * to ask for the admin key.
+ */
+export async function send(method, path, body, signal, { admin = false } = {}) {
   for (let attempt = 0; ; attempt++) {
     const response = await fetch(path, {
       method,
-      headers: headers(body !== undefined),
+      headers: headers(body !== undefined, admin),
       body: body === undefined ? undefined : JSON.stringify(body),
       signal,
     });
+    if (admin && (response.status === 401 || response.status === 403)) {
+      throw await errorOf(response);
+    }
     if (response.status === 401 && attempt < 3) {
       const err = await errorOf(response);
       await askKey(apiKey() ? `The key was refused: ${err.message}` : err.message);
@@ -104,8 +132,8 @@ export async function send(method, path, body, signal) {
   }
 }
 
-export async function getJson(path) {
-  return (await send("GET", path)).json();
+export async function getJson(path, options = {}) {
+  return (await send("GET", path, undefined, undefined, options)).json();
 }
 
 export async function postJson(path, body = {}) {

@@ -1,7 +1,9 @@
 // Logs: the router's and each backend's recent lines (GET /api/v1/logs), filtered on the
 // server by source, level and text; new lines are polled for every second while following.
+// The logs need the admin key (or, without one on the server, a page on the same
+// machine): refused, the page says so and offers to enter the admin key.
 
-import { getJson } from "./api.js";
+import { askKey, getJson } from "./api.js";
 import { $, fillSelect, fmtTime, h } from "./dom.js";
 
 const MAX_SHOWN = 2000;
@@ -32,7 +34,8 @@ async function poll() {
   if (polling) return;
   polling = true;
   try {
-    const answer = await getJson(query());
+    const answer = await getJson(query(), { admin: true });
+    $("#logs-locked").hidden = true;
     const select = $("#logs-source");
     const chosen = select.value;
     fillSelect(select, ["", ...answer.sources.map((s) => s.name)], chosen);
@@ -46,9 +49,26 @@ async function poll() {
     if (atBottom) view.scrollTop = view.scrollHeight;
   } catch (err) {
     $("#logs-view").dataset.error = err.message;
+    if (err.status === 401 || err.status === 403) locked(err);
   } finally {
     polling = false;
   }
+}
+
+function locked(err) {
+  stop();
+  $("#logs-locked-why").textContent = `The server answered ${err.status}: ${err.message}`;
+  $("#logs-locked").hidden = false;
+}
+
+function unlock() {
+  askKey("The logs need the admin key: backend output may hold other users' prompts.", "admin")
+    .then(() => {
+      $("#logs-locked").hidden = true;
+      restart();
+      show();
+    })
+    .catch(() => {});
 }
 
 function restart() {
@@ -65,6 +85,7 @@ export function init() {
     typing = setTimeout(restart, 300);
   });
   $("#logs-follow").addEventListener("change", (ev) => (ev.target.checked ? show() : stop()));
+  $("#logs-admin-key").addEventListener("click", unlock);
 }
 
 function stop() {
