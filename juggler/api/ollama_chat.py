@@ -7,8 +7,8 @@ Ollama's shapes (ollama/ollama docs/api.md):
 - `tools`: `[{"type": "function", "function": {"name", "description", "parameters"}}]`,
   the same shape as OpenAI's.
 - A tool call: `{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}`,
-  the arguments an object (OpenAI's are a JSON text). Juggler adds `function.index` and
-  `id`, as current Ollama servers do; clients may send both back.
+  the arguments an object (OpenAI's are a JSON text). Juggler also gives each call its
+  `function.index` and an `id`; clients may send both back (most drop them).
 - A tool result: `{"role": "tool", "content": "...", "tool_name": "get_weather"}`.
   OpenAI's needs the id of the call it answers: `tool_call_id` when the client sent
   one, else the earliest unanswered call of that name (or the earliest unanswered call).
