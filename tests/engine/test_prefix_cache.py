@@ -39,6 +39,16 @@ def test_no_shared_prefix_takes_a_free_sequence_before_recycling_the_lru() -> No
     assert choose_reuse([], [4, 5], [1, 2]) == Reuse(4, 0)
 
 
+def test_a_short_shared_prefix_does_not_cost_a_cached_sequence_its_tail() -> None:
+    cached = [CachedSeq(0, (1, 2, 3, 4, 5, 6), 5)]
+    # One shared token of six: a free key keeps the cached sequence whole.
+    assert choose_reuse(cached, [4], [1, 9, 9]) == Reuse(4, 0)
+    # Half or more shared: taking it over is worth the tail it loses.
+    assert choose_reuse(cached, [4], [1, 2, 3, 9]) == Reuse(0, 3)
+    # No free key left: any shared prefix beats starting from nothing.
+    assert choose_reuse(cached, [], [1, 9, 9]) == Reuse(0, 1)
+
+
 def test_cached_cells_are_capped_lru_first_sparing_the_newest() -> None:
     cached = [CachedSeq(0, (1,) * 10, 3), CachedSeq(1, (1,) * 10, 1), CachedSeq(2, (1,) * 10, 9)]
     assert over_budget(cached, 30, keep=2) == []

@@ -70,9 +70,13 @@ def choose_reuse(
     adapter: str | None = None,
 ) -> Reuse:
     """Pick a sequence for a prompt run with `adapter`: the longest shared prefix of a
-    sequence cached with the same adapter wins; ties go to the most recently used. Without any shared prefix take a free key, so another conversation's
-    cached prefix survives (the cell budget, not this choice, bounds what caching
-    costs), else recycle the least recently used cached sequence. `Reuse(None, 0)` means
+    sequence cached with the same adapter wins; ties go to the most recently used. While
+    a free key is left, a cached sequence is taken over only if that keeps at least as
+    many of its tokens as it throws away (two one-off prompts that happen to share a
+    first token must not cost the older one its cache). Without a useful shared prefix
+    take a free key, so another conversation's cached prefix survives (the cell budget,
+    not this choice, bounds what caching costs), else recycle the least recently used
+    cached sequence. `Reuse(None, 0)` means
     every sequence is busy."""
     best: CachedSeq | None = None
     best_len = 0
@@ -86,7 +90,7 @@ def choose_reuse(
         ):
             best, best_len = c, n
     keep = min(best_len, max(0, len(prompt) - 1))
-    if best is not None and keep > 0:
+    if best is not None and keep > 0 and (not free_keys or 2 * keep >= len(best.tokens)):
         return Reuse(best.key, keep)
     if free_keys:
         return Reuse(free_keys[0], 0)
