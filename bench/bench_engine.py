@@ -250,6 +250,16 @@ def start_llama_server(model: Path, parallel: int, ctx: int) -> Server | None:
     return s
 
 
+#: Seconds to wait after a measured burst: Juggler's engine tidies its KV cache 0.5 s
+#: after its last request (parks cached prefixes, compacts cells), and that work, on
+#: these 2 cores, would slow whichever server is measured next.
+SETTLE_S = 1.5
+
+
+def settle() -> None:
+    time.sleep(SETTLE_S)
+
+
 # -- benchmark 1/2/4/5 -----------------------------------------------------------------
 def concurrent_tps(
     server: Server, conc: int, n_new: int, rng: random.Random, model_field: str
@@ -277,7 +287,9 @@ def concurrent_tps(
     t0 = time.perf_counter()
     with ThreadPoolExecutor(conc) as pool:
         total = sum(pool.map(run, prompts))
-    return total / (time.perf_counter() - t0)
+    tps = total / (time.perf_counter() - t0)
+    settle()
+    return tps
 
 
 class SerialLlama:

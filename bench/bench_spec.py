@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from bench_engine import BIN, Server, free_port, smol_path, start, wait_ready
+from bench_engine import BIN, Server, free_port, settle, smol_path, start, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 CTX = 16384
@@ -129,7 +129,9 @@ def burst(url: str, workload: str, streams: int, tokens: int, extra: dict[str, A
     t0 = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
         total = sum(pool.map(one, range(streams)))
-    return total / (time.perf_counter() - t0)
+    tps = total / (time.perf_counter() - t0)
+    settle()
+    return tps
 
 
 def llama_version() -> str:

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from bench_engine import Server, free_port, smol_path, start, text_of, wait_ready
+from bench_engine import Server, free_port, settle, smol_path, start, text_of, wait_ready
 
 #: Forty words of 6 to 12 characters: always more than 128 tokens of JSON.
 SCHEMA = {
@@ -114,6 +114,7 @@ def burst(server: Server, args: argparse.Namespace, constrained: int, rng: rando
         counts = list(pool.map(lambda b: stream_tokens(server.url, b), bodies))
     elapsed = time.perf_counter() - t0
     assert all(n == args.tokens for n in counts), counts
+    settle()
     return sum(counts) / elapsed
 
 

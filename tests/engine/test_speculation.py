@@ -34,19 +34,35 @@ def run(test: Callable[[], Awaitable[object]]) -> object:
 
 
 # -- pure parts ------------------------------------------------------------------------
-def test_the_index_drafts_what_followed_the_longest_earlier_match() -> None:
-    idx = NgramIndex([1, 2, 3, 4, 5, 9, 2, 3, 7, 1, 2, 3], sizes=(4, 3, 2))
-    # "1 2 3" last continued with 4 (the later "2 3 7" matches only two tokens).
-    assert idx.draft(3) == ([4, 5, 9], 3)
-    idx.extend([4])
-    assert idx.draft(2) == ([5, 9], 4)
-    assert NgramIndex([1, 2, 3], sizes=(2,)).draft(4) == ([], 0)  # never itself
-    assert NgramIndex([5, 6, 5, 6], sizes=(2,)).draft(0) == ([], 0)
+def test_the_index_drafts_what_followed_the_earlier_match_reaching_furthest_back() -> None:
+    idx = NgramIndex([1, 2, 3, 4, 5, 9, 7, 2, 3, 4, 6, 1, 2, 3, 4])
+    # "2 3 4" continued with 6 last, but "1 2 3 4" matches only the first occurrence.
+    assert idx.draft(3) == ([5, 9, 7], 4)
+    idx.extend([5])
+    assert idx.draft(2) == ([9, 7], 5)
+    assert NgramIndex([1, 2, 3]).draft(4) == ([], 0)  # never itself
+    assert NgramIndex([1, 2, 3, 1, 2]).draft(4) == ([], 0)  # shorter than MIN_MATCH
+    assert NgramIndex([5, 6, 7, 5, 6, 7]).draft(0) == ([], 0)
 
 
-def test_the_index_prefers_the_most_recent_occurrence() -> None:
-    idx = NgramIndex([1, 2, 8, 1, 2, 9, 1, 2], sizes=(2,))
-    assert idx.draft(1) == ([9], 2)
+def test_equal_matches_draft_only_what_they_agree_on() -> None:
+    idx = NgramIndex([1, 2, 3, 5, 8, 1, 2, 3, 5, 9, 1, 2, 3])
+    assert idx.draft(3) == ([5], 3)
+    assert NgramIndex([1, 2, 3, 8, 1, 2, 3, 9, 1, 2, 3]).draft(2) == ([], 0)
+
+
+def test_templated_paragraphs_draft_from_the_one_being_quoted() -> None:
+    """Issue 16: "answer a question by quoting from a 1-2k-token document". Paragraphs
+    built from one template share every phrase but their names and numbers; the most
+    recent "in the year" is the last paragraph's, the one matching back to the name is
+    the quoted one."""
+    doc: list[int] = []
+    for topic in range(12):
+        doc += [100 + topic, 7, 8, 9, 10, 11, 200 + topic, 12, 13, 14, 300 + topic, 15]
+    idx = NgramIndex([*doc, 1, 103, 7, 8, 9, 10, 11])  # quoting paragraph 3
+    assert idx.draft(5) == ([203, 12, 13, 14, 303], 6)
+    idx.extend([203, 12, 13, 14])
+    assert idx.draft(2) == ([303, 15], 10)
 
 
 def test_acceptance_counts_kept_tokens_and_the_first_refused_one() -> None:

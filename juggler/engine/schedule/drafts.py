@@ -3,10 +3,9 @@ draft pays, and what a decode costs. Pure: no llama.cpp, no clock, no logging.
 
 A generating sequence often repeats what it has seen: an answer quoting its document, a
 code edit copying most of the file, JSON repeating its keys. So after each sampled
-token the worker looks up the sequence's last n tokens (the longest of `NGRAM_SIZES`
-that matches) in everything the sequence holds (prompt, session history, its own
-output) and, at the most recent earlier occurrence, takes the tokens that followed as a
-draft. The draft goes into the next decode beside the sampled token, each row with
+token the worker looks up the sequence's last tokens in everything the sequence holds
+(prompt, session history, its own output) and, at the earlier occurrence that matches
+furthest back, takes the tokens that followed as a draft. The draft goes into the next decode beside the sampled token, each row with
 logits; the worker then samples row by row and keeps drafts while they equal what it
 sampled (see `worker.generation`). Sampling every position as usual and keeping a draft
 token only when the draw equals it is the standard speculative rule for a draft that
@@ -28,8 +27,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-#: Suffix lengths looked up, longest first: a long match is more often right.
-NGRAM_SIZES = (12, 8, 5, 3)
+from juggler.engine.cache.prefix_cache import common_prefix_len
+
+#: A draft needs the last `MIN_MATCH` tokens to have occurred before.
+MIN_MATCH = 3
+#: Matches are compared backwards up to this many tokens; longer ones count as equal.
+MAX_MATCH = 64
+#: Earlier occurrences of the last `MIN_MATCH` tokens compared, most recent first.
+MAX_CANDIDATES = 256
+#: Matches are told apart by length for the acceptance estimate: shorter than the first
+#: bound, shorter than the second, and the rest (a long match is more often right).
+MATCH_CLASSES = (6, 16)
 #: A draft token is kept with this probability until a sequence has shown its own.
 PRIOR_ACCEPT = 0.75
 #: Weight of the prior, in draft tokens.
@@ -42,42 +50,61 @@ PROBE_EVERY = 16
 
 
 class NgramIndex:
-    """The tokens of one sequence and, for each n-gram, where it last continued.
+    """The tokens of one sequence and, for each `MIN_MATCH` tokens, every place they
+        occurred with a token after them.
 
-    `extend` is O(len(NGRAM_SIZES)) per token, `draft` O(len(NGRAM_SIZES)). An n-gram is
-    indexed once a token follows it, so the last n tokens never match themselves."""
+        A draft continues the earlier occurrence of the current suffix that matches it
+        furthest back (ties: the most recent). Grounded text repeats itself in templated
+        ways: twelve paragraphs that each say "was built in the year", a file whose methods
+        all end in "return out". The most recent "in the year" is usually the wrong
+        paragraph; the one whose match reaches back to "The harbor of Varenholm" is the one
+        being quoted. Where two occurrences match equally far back and then go different
+    ways, only what they agree on is drafted. `extend` is O(1) per token; `draft` compares at most `MAX_CANDIDATES`
+        occurrences back to `MAX_MATCH` tokens each, and in practice stops within a few
+        tokens for all but the right one. The last tokens never match themselves."""
 
-    def __init__(self, tokens: Iterable[int] = (), sizes: tuple[int, ...] = NGRAM_SIZES) -> None:
-        self.sizes = tuple(sorted(sizes, reverse=True))
+    def __init__(self, tokens: Iterable[int] = ()) -> None:
         self.tokens: list[int] = []
-        self._next: dict[tuple[int, ...], int] = {}
+        self._at: dict[tuple[int, ...], list[int]] = {}
         self.extend(tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
-        toks, nxt, sizes = self.tokens, self._next, self.sizes
+        toks, at = self.tokens, self._at
         for t in tokens:
             end = len(toks)
-            for n in sizes:
-                if end >= n:
-                    nxt[tuple(toks[end - n : end])] = end
+            if end >= MIN_MATCH:
+                at.setdefault(tuple(toks[end - MIN_MATCH : end]), []).append(end)
             toks.append(t)
 
     def draft(self, max_len: int) -> tuple[list[int], int]:
-        """Up to `max_len` tokens that followed the longest earlier match of the current
-        suffix (its most recent occurrence), and that match's length; ([], 0) if none."""
+        """Up to `max_len` tokens that followed the earlier occurrence of the current
+        suffix that matches furthest back, and how far it matches (at most `MAX_MATCH`);
+        ([], 0) if the last `MIN_MATCH` tokens never occurred before."""
         toks = self.tokens
-        if max_len <= 0:
+        n = len(toks)
+        if max_len <= 0 or n < MIN_MATCH:
             return [], 0
-        for n in self.sizes:
-            if len(toks) < n:
-                continue
-            at = self._next.get(tuple(toks[len(toks) - n :]))
-            if at is not None:
-                return toks[at : at + max_len], n
-        return [], 0
+        found = self._at.get(tuple(toks[n - MIN_MATCH :]))
+        if not found:
+            return [], 0
+        best_at, best_len, agreed = found[-1], 0, max_len
+        for at in reversed(found[-MAX_CANDIDATES:]):
+            # toks[at - k] against toks[n - k] for k = MIN_MATCH + 1, ...
+            limit = min(MAX_MATCH, at)
+            k = MIN_MATCH
+            while k < limit and toks[at - k - 1] == toks[n - k - 1]:
+                k += 1
+            if k > best_len:
+                best_at, best_len, agreed = at, k, max_len
+            elif k == best_len:
+                # Two places match equally far back: draft only what both continue with.
+                agreed = common_prefix_len(toks[at : at + agreed], toks[best_at : best_at + agreed])
+        if agreed == 0:
+            return [], 0
+        return toks[best_at : best_at + agreed], best_len
 
 
 @dataclass

@@ -2,9 +2,10 @@
 acceptance estimate and the cost model are `schedule.drafts`).
 
 `Speculation.propose(s, ...)` runs after a token was sampled for `s` (its only pending
-token): it decides how long a draft pays now (`drafts.draft_length`, from this
-sequence's acceptance and what a decode costs on this worker), brings the n-gram index
-up to what the sequence holds, looks up a draft and appends it to `s.pending`
+token): it brings the n-gram index up to what the sequence holds, looks up a draft,
+decides how much of it pays now (`drafts.draft_length`, from how often this sequence's
+drafts from matches that long were kept and what a decode costs on this worker) and
+appends that to `s.pending`
 (`s.num_draft` says how many of the pending tokens are draft). The decoder decodes the
 sampled token and the drafts in one chunk, samples each row in order, and reports how
 many drafts the samples kept (`verified`).
@@ -12,9 +13,11 @@ many drafts the samples kept (`verified`).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from juggler.engine.schedule.drafts import (
+    MATCH_CLASSES,
     PROBE_EVERY,
     Acceptance,
     DecodeCost,
@@ -27,11 +30,17 @@ from juggler.engine.worker.session import Generation, Session
 @dataclass(eq=False)
 class Speculation:
     max_len: int
-    acceptance: Acceptance = field(default_factory=Acceptance)
+    #: How often draft tokens are kept, for each class of match length (`MATCH_CLASSES`:
+    #: a draft whose match reaches far back is right far more often).
+    acceptance: tuple[Acceptance, ...] = field(
+        default_factory=lambda: tuple(Acceptance() for _ in range(len(MATCH_CLASSES) + 1))
+    )
     #: Built on the first draft (prompt and history), then extended token by token.
     index: NgramIndex | None = None
     #: Sampled tokens since a draft was last tried.
     since_draft: int = 0
+    #: The estimate the pending draft came from (verified updates it).
+    _drafted_from: Acceptance | None = None
 
     def propose(
         self, s: Session, g: Generation, n_ctx: int, cost: DecodeCost, num_seqs: int
@@ -47,9 +56,13 @@ class Speculation:
         if room <= 0:
             return 0
         self.since_draft += 1
+        draft, match = self._index(s).draft(room)
+        if not draft:
+            return 0
+        acceptance = self.acceptance[bisect.bisect_right(MATCH_CLASSES, match)]
         fixed, per_row = cost.fit()
         want = draft_length(
-            self.acceptance.rate, room, fixed_s=fixed, per_row_s=per_row, num_seqs=num_seqs
+            acceptance.rate, len(draft), fixed_s=fixed, per_row_s=per_row, num_seqs=num_seqs
         )
         if want == 0:
             # Now and then try one token anyway, if drafts could pay at all here, so a
@@ -58,11 +71,18 @@ class Speculation:
             if not could or self.since_draft < PROBE_EVERY:
                 return 0
             want = 1
-        draft, _ = self._index(s).draft(want)
-        if draft:
-            self.since_draft = 0
-            s.pending.extend(draft)
-            s.num_draft = len(draft)
+        draft = draft[:want]
+        import sys
+
+        print(
+            f"SPEC match={match} want={want} rate={acceptance.rate:.2f} fit={fixed * 1e3:.1f}+{per_row * 1e3:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.since_draft = 0
+        self._drafted_from = acceptance
+        s.pending.extend(draft)
+        s.num_draft = len(draft)
         return len(draft)
 
     def _index(self, s: Session) -> NgramIndex:
@@ -77,4 +97,8 @@ class Speculation:
         return self.index
 
     def verified(self, drafted: int, accepted: int) -> None:
-        self.acceptance.update(drafted, accepted)
+        import sys
+
+        print(f"SPEC kept {accepted}/{drafted}", file=sys.stderr, flush=True)
+        if self._drafted_from is not None:
+            self._drafted_from.update(drafted, accepted)
