@@ -57,7 +57,10 @@ class Speculation:
             return 0
         self.since_draft += 1
         draft, match = self._index(s).draft(room)
-        if not draft:
+        if not draft or (num_seqs > 1 and match < MATCH_CLASSES[-1]):
+            # Beside other sequences a rejected row costs the whole batch a row, and an
+            # accepted one saves only a share of a decode's fixed cost: only matches
+            # that reach far back (quoting, copying) are right often enough.
             return 0
         acceptance = self.acceptance[bisect.bisect_right(MATCH_CLASSES, match)]
         fixed, per_row = cost.fit()
@@ -72,13 +75,6 @@ class Speculation:
                 return 0
             want = 1
         draft = draft[:want]
-        import sys
-
-        print(
-            f"SPEC match={match} want={want} rate={acceptance.rate:.2f} fit={fixed * 1e3:.1f}+{per_row * 1e3:.1f}",
-            file=sys.stderr,
-            flush=True,
-        )
         self.since_draft = 0
         self._drafted_from = acceptance
         s.pending.extend(draft)
@@ -97,8 +93,5 @@ class Speculation:
         return self.index
 
     def verified(self, drafted: int, accepted: int) -> None:
-        import sys
-
-        print(f"SPEC kept {accepted}/{drafted}", file=sys.stderr, flush=True)
         if self._drafted_from is not None:
             self._drafted_from.update(drafted, accepted)
