@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from juggler import options as opt
+from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import JugglerError
 from juggler.options import ModelOptions, env_name
 from juggler.types import MODEL_TYPE_ORDER, ModelType
@@ -135,7 +136,7 @@ class Settings(BaseModel):
     @classmethod
     def _llamacpp_args(cls, value: str) -> str:
         try:
-            opt.parse_llamacpp_args(value)
+            parse_llamacpp_args(value)
         except JugglerError as exc:
             raise ValueError(exc.message.removeprefix("llamacpp_args: ")) from None
         return value

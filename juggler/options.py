@@ -11,19 +11,17 @@ The models that use them:
   set by the user as [...] CLI args or env vars. 3. Default hardcoded values".
 - `EngineFlags`: the command line of Juggler's llama.cpp backend (`python -m
   juggler.engine`). The backend builds its argparse from these fields, the manager's
-  recipe writes argv with `to_argv()`, and a client's `llamacpp_args` is parsed here
-  (`parse_llamacpp_args`) before anything is queued or evicted, so a bad flag is a 400
-  that names it.
+  recipe writes argv with `to_argv()`, and a client's `llamacpp_args` is parsed
+  against them (`engine_args.parse_llamacpp_args`) before anything is queued or
+  evicted, so a bad flag is a 400 that names it.
 
 The environment variable of a setting is `JUGGLER_<NAME>` (see `env_name`).
 """
 
 from __future__ import annotations
 
-import shlex
-import types
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
@@ -155,6 +153,8 @@ def resolve(defaults: BaseModel, overrides: BaseModel | dict[str, Any] | None) -
         options = ModelOptions.model_validate(merged)
     except ValidationError as exc:
         raise bad_request_from(exc) from None
+    from juggler.engine_args import parse_llamacpp_args  # it builds on EngineFlags below
+
     parse_llamacpp_args(options.llamacpp_args)
     return options
 
@@ -268,65 +268,6 @@ class EngineFlags(BaseModel):
         return argv
 
 
-#: Flags a client may not pass in `llamacpp_args`: they have their own load option.
-OWNED_FLAGS: dict[str, str] = {"ctx_size": "ctx_size", "n_gpu_layers": "llamacpp_backend"}
-
-
 def flag_of(name: str) -> str:
+    """The command-line flag of an `EngineFlags` field: `ctx_size` -> `--ctx-size`."""
     return "--" + name.replace("_", "-")
-
-
-def field_type(info: FieldInfo) -> tuple[type, tuple[str, ...] | None]:
-    """The scalar type of a flag and, for a Literal, its choices (for argparse)."""
-    ann: Any = info.annotation
-    if get_origin(ann) in (Union, types.UnionType):
-        ann = next(a for a in get_args(ann) if a is not type(None))
-    if get_origin(ann) is Literal:
-        return str, tuple(str(a) for a in get_args(ann))
-    return ann, None
-
-
-def parse_llamacpp_args(text: str) -> dict[str, Any]:
-    """Parse a client's `llamacpp_args` into engine flag values; raises BadRequest naming
-    the flag (unclosed quote, unknown flag, missing or bad value, a flag that has its own
-    load option). Pure: nothing is started."""
-    try:
-        tokens = shlex.split(text)
-    except ValueError as exc:
-        raise BadRequest(f"llamacpp_args: {exc}", param="llamacpp_args") from None
-    known = {flag_of(n): n for n in EngineFlags.model_fields}
-    values: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        flag, eq, inline = token.partition("=")
-        name = known.get(flag)
-        if name is None:
-            choices = ", ".join(sorted(f for f, n in known.items() if n not in OWNED_FLAGS))
-            raise BadRequest(
-                f"llamacpp_args: unknown engine flag {token!r}; known flags: {choices}",
-                param="llamacpp_args",
-            )
-        if name in OWNED_FLAGS:
-            raise BadRequest(
-                f"llamacpp_args: {flag} is set with the {OWNED_FLAGS[name]} option instead",
-                param="llamacpp_args",
-            )
-        if eq:
-            value = inline
-        elif i + 1 < len(tokens):
-            i += 1
-            value = tokens[i]
-        else:
-            raise BadRequest(f"llamacpp_args: {flag} needs a value", param="llamacpp_args")
-        values[name] = value
-        i += 1
-    try:
-        checked = EngineFlags.model_validate(values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name = str(err["loc"][0]) if err["loc"] else "?"
-        raise BadRequest(
-            f"llamacpp_args: {flag_of(name)}: {err['msg']}", param="llamacpp_args"
-        ) from None
-    return {k: getattr(checked, k) for k in values}

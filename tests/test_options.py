@@ -8,6 +8,7 @@ import pytest
 
 from juggler import options as opt
 from juggler.config import ConfigError, Settings, load_settings, set_value
+from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest, NotImplementedParam
 
 
@@ -45,7 +46,7 @@ def test_bad_llamacpp_args_are_a_400_naming_the_flag(args: str, message: str) ->
 
 
 def test_llamacpp_args_parse_into_engine_flags_and_back() -> None:
-    values = opt.parse_llamacpp_args("--workers 2 --parallel=4 --flash-attn off")
+    values = parse_llamacpp_args("--workers 2 --parallel=4 --flash-attn off")
     assert values == {"workers": 2, "parallel": 4, "flash_attn": "off"}
     argv = opt.EngineFlags(ctx_size=512, **values).to_argv()
     assert argv[argv.index("--ctx-size") + 1] == "512"

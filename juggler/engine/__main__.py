@@ -17,7 +17,8 @@ import sys
 
 from pydantic import ValidationError
 
-from juggler.options import EngineFlags, field_type, flag_of
+from juggler.engine_args import field_type
+from juggler.options import EngineFlags, flag_of
 from juggler.types import ModelType
 
 
@@ -66,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
+    from juggler.engine.engine_config import EngineConfig
     from juggler.engine.http.server import create_app
     from juggler.engine.llama.native import Model, init_backend
-    from juggler.engine.runtime import Engine, EngineConfig
+    from juggler.engine.runtime import Engine
     from juggler.errors import JugglerError
 
     init_backend(verbose=args.log_level == "debug")

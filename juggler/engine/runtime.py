@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from juggler.engine.cache.prefix_cache import prefix_keys
+from juggler.engine.engine_config import EngineConfig, embed_worker_config, worker_config
 from juggler.engine.llama.chat import CHATML, ChatTemplate
 from juggler.engine.llama.native import Model, supports_gpu_offload
 from juggler.engine.llama.ports import LlamaModel
@@ -40,51 +39,13 @@ from juggler.engine.schedule.messages import (
     Shutdown,
 )
 from juggler.engine.schedule.stream import StreamSink
-from juggler.engine.worker.config import WorkerConfig, WorkerSnapshot
+from juggler.engine.worker.config import WorkerSnapshot
 from juggler.engine.worker.embed import EmbedWorker, rerank_tokens
 from juggler.engine.worker.worker import Worker
 from juggler.errors import BadRequest, ContextOverflow, EngineDead, LoadFailed
-from juggler.options import EngineFlags
 from juggler.types import ModelType
 
 log = logging.getLogger(__name__)
-
-_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """The backend's settings: its identity (given by the manager) and its engine flags."""
-
-    model_path: str
-    model_name: str
-    type: ModelType = ModelType.LLM
-    flags: EngineFlags = field(default_factory=lambda: EngineFlags.model_validate({}))
-
-    @property
-    def n_threads(self) -> int:
-        """CPU threads per worker (`--threads 0`: all cores)."""
-        return self.flags.threads or os.cpu_count() or 1
-
-
-def worker_config(config: EngineConfig) -> WorkerConfig:
-    """A generation worker's settings from the engine flags."""
-    f = config.flags
-    batch = max(f.batch_size, f.parallel)
-    return WorkerConfig(
-        n_ctx=f.ctx_size,
-        n_batch=batch,
-        n_seq_max=f.parallel,
-        n_threads=config.n_threads,
-        max_prefill_chunk=max(1, min(f.prefill_chunk, batch)),
-        flash_attn=_FLASH_ATTN[f.flash_attn],
-        cache_cells=f.cache_cells,
-        parked_cells=f.parked_cells,
-        park_budget_bytes=f.park_memory_mb << 20,
-        max_active_adapters=f.max_active_adapters,
-        speculative=f.speculative == "on",
-        spec_draft_max=f.spec_draft_max,
-    )
 
 
 class Engine:
@@ -142,12 +103,7 @@ class Engine:
                 self.workers.append(Worker(i, self.model, wcfg, self.template, loop, deliver))
             else:
                 native = self._native_model()
-                ecfg = WorkerConfig(
-                    n_ctx=min(flags.ctx_size, native.n_ctx_train or flags.ctx_size),
-                    n_batch=max(flags.batch_size, flags.parallel),
-                    n_seq_max=max(flags.parallel, 32),
-                    n_threads=cfg.n_threads,
-                )
+                ecfg = embed_worker_config(cfg, native.n_ctx_train)
                 rerank = cfg.type is ModelType.RERANKING
                 self.workers.append(
                     EmbedWorker(i, native, ecfg, rerank=rerank, loop=loop, deliver=deliver)

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from juggler.config import Settings
+from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotInstalled
-from juggler.options import EngineFlags, ModelOptions, parse_llamacpp_args
+from juggler.options import EngineFlags, ModelOptions
 from juggler.types import Device, ModelInfo, ModelType
 
 #: Turns a model's checkpoint into a file on disk; raises CheckpointMissing.

@@ -21,7 +21,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from juggler.options import EngineFlags, parse_llamacpp_args
+from juggler.engine_args import parse_llamacpp_args
+from juggler.options import EngineFlags
 from juggler.router.bodies import parse
 from juggler.router.deps import state_of
 from juggler.router.model_routes import is_admin

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from juggler.engine.runtime import EngineConfig
+from juggler.engine.engine_config import EngineConfig
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from juggler.options import EngineFlags
 from tests.engine.gguf_models import convert_minilm, minilm_dir

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from juggler.engine.__main__ import build_parser, engine_flags, main
-from juggler.engine.runtime import EngineConfig
+from juggler.engine.engine_config import EngineConfig
 from juggler.options import EngineFlags, flag_of
 
 IDENTITY = ["--model-path", "m.gguf", "--model-name", "m", "--port", "1"]

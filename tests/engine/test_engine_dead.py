@@ -9,9 +9,10 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
+from juggler.engine.engine_config import EngineConfig
 from juggler.engine.http.server import create_app
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.runtime import Engine, EngineConfig
+from juggler.engine.runtime import Engine
 from juggler.engine.schedule.messages import Complete, CreateSession, WorkerDied
 from juggler.engine.schedule.stream import EventKind, StreamSink
 from juggler.engine.worker.config import WorkerConfig

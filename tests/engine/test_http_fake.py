@@ -8,8 +8,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from juggler.engine.engine_config import EngineConfig
 from juggler.engine.http.server import create_app
-from juggler.engine.runtime import Engine, EngineConfig
+from juggler.engine.runtime import Engine
 from juggler.options import EngineFlags
 from tests.engine.fake_llama import FakeLlama, text_of
 

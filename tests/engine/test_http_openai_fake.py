@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from juggler.engine.engine_config import EngineConfig
 from juggler.engine.http.server import create_app
-from juggler.engine.runtime import Engine, EngineConfig
+from juggler.engine.runtime import Engine
 from juggler.engine.structured.tools import generic_calls_text
 from juggler.options import EngineFlags
 from tests.engine.fake_llama import BOS, FakeLlama, greedy, text_of

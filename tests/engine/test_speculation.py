@@ -201,28 +201,3 @@ def test_rejected_drafts_leave_the_kv_as_without_speculation() -> None:
         assert stats and stats[-1].output_tokens == 30
 
     run(go)
-
-
-def test_beside_other_sequences_only_long_matches_draft() -> None:
-    """Measured on 2 cores with 8 sequences decoding (SmolLM2): 8 rows take 33 ms and one
-    more row 5.5 ms, so a rejected draft row costs the batch a whole row while a kept
-    one saves under 1 ms of shared cost. A short match (random text repeats 3-grams
-    often) drafts only when the sequence decodes alone."""
-    from types import SimpleNamespace
-    from typing import Any
-
-    from juggler.engine.schedule.drafts import MATCH_CLASSES
-    from juggler.engine.worker.session import Session
-    from juggler.engine.worker.speculation import Speculation
-
-    cost = DecodeCost(fixed_s=0.010, per_row_s=0.0002)  # drafts pay whenever they match
-    g: Any = SimpleNamespace(max_new_tokens=100, num_generated=0)
-
-    def proposed(tokens: list[int], num_seqs: int) -> int:
-        s = Session("s", 0, tokens=tokens[:-1], pending=tokens[-1:])
-        return Speculation(4).propose(s, g, 4096, cost, num_seqs)
-
-    short = [8, 1, 2, 3, 4, 5, 9, 1, 2, 3]  # "1 2 3" matches 3 tokens back
-    long = list(range(10, 10 + MATCH_CLASSES[-1])) * 2
-    assert proposed(short, 1) > 0 and proposed(short, 8) == 0
-    assert proposed(long, 1) > 0 and proposed(long, 8) > 0

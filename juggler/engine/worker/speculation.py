@@ -57,10 +57,7 @@ class Speculation:
             return 0
         self.since_draft += 1
         draft, match = self._index(s).draft(room)
-        if not draft or (num_seqs > 1 and match < MATCH_CLASSES[-1]):
-            # Beside other sequences a rejected row costs the whole batch a row, and an
-            # accepted one saves only a share of a decode's fixed cost: only matches
-            # that reach far back (quoting, copying) are right often enough.
+        if not draft:
             return 0
         acceptance = self.acceptance[bisect.bisect_right(MATCH_CLASSES, match)]
         fixed, per_row = cost.fit()

@@ -1,0 +1,60 @@
+"""The backend's settings (`EngineConfig`: identity and engine flags) and the worker
+settings derived from them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from juggler.engine.worker.config import WorkerConfig
+from juggler.options import EngineFlags
+from juggler.types import ModelType
+
+_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The backend's settings: its identity (given by the manager) and its engine flags."""
+
+    model_path: str
+    model_name: str
+    type: ModelType = ModelType.LLM
+    flags: EngineFlags = field(default_factory=lambda: EngineFlags.model_validate({}))
+
+    @property
+    def n_threads(self) -> int:
+        """CPU threads per worker (`--threads 0`: all cores)."""
+        return self.flags.threads or os.cpu_count() or 1
+
+
+def worker_config(config: EngineConfig) -> WorkerConfig:
+    """A generation worker's settings from the engine flags."""
+    f = config.flags
+    batch = max(f.batch_size, f.parallel)
+    return WorkerConfig(
+        n_ctx=f.ctx_size,
+        n_batch=batch,
+        n_seq_max=f.parallel,
+        n_threads=config.n_threads,
+        max_prefill_chunk=max(1, min(f.prefill_chunk, batch)),
+        flash_attn=_FLASH_ATTN[f.flash_attn],
+        cache_cells=f.cache_cells,
+        parked_cells=f.parked_cells,
+        park_budget_bytes=f.park_memory_mb << 20,
+        max_active_adapters=f.max_active_adapters,
+        speculative=f.speculative == "on",
+        spec_draft_max=f.spec_draft_max,
+    )
+
+
+def embed_worker_config(config: EngineConfig, n_ctx_train: int) -> WorkerConfig:
+    """An embedding / reranking worker's settings: at most the model's trained context,
+    and room for many short inputs at once."""
+    f = config.flags
+    return WorkerConfig(
+        n_ctx=min(f.ctx_size, n_ctx_train or f.ctx_size),
+        n_batch=max(f.batch_size, f.parallel),
+        n_seq_max=max(f.parallel, 32),
+        n_threads=config.n_threads,
+    )

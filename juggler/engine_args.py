@@ -1,0 +1,74 @@
+"""Engine flags as text: a client's `llamacpp_args` parsed into `EngineFlags` values (a
+400 naming the flag when it is wrong), and the helpers the backend's argparse is built
+with (`field_type`, and `options.flag_of`)."""
+
+from __future__ import annotations
+
+import shlex
+import types
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import ValidationError
+from pydantic.fields import FieldInfo
+
+from juggler.errors import BadRequest
+from juggler.options import EngineFlags, flag_of
+
+#: Flags a client may not pass in `llamacpp_args`: they have their own load option.
+OWNED_FLAGS: dict[str, str] = {"ctx_size": "ctx_size", "n_gpu_layers": "llamacpp_backend"}
+
+
+def field_type(info: FieldInfo) -> tuple[type, tuple[str, ...] | None]:
+    """The scalar type of a flag and, for a Literal, its choices (for argparse)."""
+    ann: Any = info.annotation
+    if get_origin(ann) in (Union, types.UnionType):
+        ann = next(a for a in get_args(ann) if a is not type(None))
+    if get_origin(ann) is Literal:
+        return str, tuple(str(a) for a in get_args(ann))
+    return ann, None
+
+
+def parse_llamacpp_args(text: str) -> dict[str, Any]:
+    """Parse a client's `llamacpp_args` into engine flag values; raises BadRequest naming
+    the flag (unclosed quote, unknown flag, missing or bad value, a flag that has its own
+    load option). Pure: nothing is started."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise BadRequest(f"llamacpp_args: {exc}", param="llamacpp_args") from None
+    known = {flag_of(n): n for n in EngineFlags.model_fields}
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        flag, eq, inline = token.partition("=")
+        name = known.get(flag)
+        if name is None:
+            choices = ", ".join(sorted(f for f, n in known.items() if n not in OWNED_FLAGS))
+            raise BadRequest(
+                f"llamacpp_args: unknown engine flag {token!r}; known flags: {choices}",
+                param="llamacpp_args",
+            )
+        if name in OWNED_FLAGS:
+            raise BadRequest(
+                f"llamacpp_args: {flag} is set with the {OWNED_FLAGS[name]} option instead",
+                param="llamacpp_args",
+            )
+        if eq:
+            value = inline
+        elif i + 1 < len(tokens):
+            i += 1
+            value = tokens[i]
+        else:
+            raise BadRequest(f"llamacpp_args: {flag} needs a value", param="llamacpp_args")
+        values[name] = value
+        i += 1
+    try:
+        checked = EngineFlags.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        raise BadRequest(
+            f"llamacpp_args: {flag_of(name)}: {err['msg']}", param="llamacpp_args"
+        ) from None
+    return {k: getattr(checked, k) for k in values}
