@@ -96,9 +96,13 @@ def test_ctrl_c_stops_an_answer_and_the_chat_goes_on(terminal: pexpect.spawn) ->
     set_option(child, "/set ignore_eos true", "ignore_eos")
     child.sendline("Tell me a very long story.")
     child.expect_exact("long story.\r\n")
-    child.expect(r"\w")
+    child.expect(r"[A-Za-z]{2,} +[A-Za-z]{2,}")  # the answer is streaming
     child.sendintr()
-    child.expect_exact("^C (stopped)")
+    # Once in a CI run the ^C written to the pty never became a SIGINT (the answer ran
+    # to its end); a user presses it again, and so does the test, once.
+    if child.expect_exact(["^C (stopped)", pexpect.TIMEOUT], timeout=10) == 1:
+        child.sendintr()
+        child.expect_exact("^C (stopped)")
     child.expect_exact(">>> ")
     child.sendline("/clear")
     child.expect_exact("Cleared the conversation")
