@@ -8,6 +8,7 @@ readline gives line editing and a history kept in the config directory.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -165,6 +166,9 @@ def run(
     port: PortOpt = None,
 ) -> None:
     """Chat with a model in the terminal (streams; one session per conversation)."""
+    # Ctrl-C stops an answer even when started from a shell that ignores SIGINT for what
+    # it runs in the background (Python leaves an inherited "ignore" as it is).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     chat = ChatSession(connect(host, port), model, system)
     call_with_spinner(f"loading {model} ...", chat.open)
     readline = _start_history()
