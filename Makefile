@@ -47,7 +47,7 @@ test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install
-	$(BIN)/ruff check juggler tests bench
+	$(BIN)/ruff check juggler tests bench scripts
 	$(BIN)/mypy juggler
 
 bench: install

@@ -232,6 +232,15 @@ def test_embeddings_and_rerank_from_the_forms(server: RunningServer, page: Page)
         c.post("/api/v1/unload", json={"model_name": RERANK})
 
 
+def enter_api_key(p: Any, base_url: str, key: str) -> None:
+    """Open the dashboard of a keyed server, answer its key dialog, wait for the models."""
+    p.goto(base_url + "/")
+    p.wait_for_selector("#key-dialog[open]")
+    p.fill("#key-input", key)
+    p.click("#key-form button[type=submit]")
+    p.wait_for_selector(row(DEFAULT_MODEL) + '[data-status="unloaded"]')
+
+
 def test_with_an_api_key_the_page_asks_once_and_keeps_it(tmp_path: Path, page: Page) -> None:
     server = start_server(tmp_path / "keyed", "--model", "", "--api-key", "s3cret")
     try:
@@ -239,11 +248,7 @@ def test_with_an_api_key_the_page_asks_once_and_keeps_it(tmp_path: Path, page: P
             assert c.get("/api/v1/health").status_code == 401
             assert c.get("/").status_code == 200
         p = page.page
-        p.goto(server.base_url + "/")
-        p.wait_for_selector("#key-dialog[open]")
-        p.fill("#key-input", "s3cret")
-        p.click("#key-form button[type=submit]")
-        p.wait_for_selector(row(DEFAULT_MODEL) + '[data-status="unloaded"]')
+        enter_api_key(p, server.base_url, "s3cret")
         assert p.evaluate("sessionStorage.getItem('juggler.apiKey')") == "s3cret"
         p.reload()
         p.wait_for_selector(row(DEFAULT_MODEL))
@@ -265,11 +270,7 @@ def test_the_logs_ask_for_the_admin_key_and_the_other_pages_keep_working(
     )
     try:
         p = page.page
-        p.goto(server.base_url + "/")
-        p.wait_for_selector("#key-dialog[open]")
-        p.fill("#key-input", "s3cret")
-        p.click("#key-form button[type=submit]")
-        p.wait_for_selector(row(DEFAULT_MODEL) + '[data-status="unloaded"]')
+        enter_api_key(p, server.base_url, "s3cret")
         p.click('#tabs a[data-tab="logs"]')
         notice = p.wait_for_selector("#logs-locked:not([hidden])")
         assert "admin key" in notice.inner_text() and "401" in notice.inner_text()
