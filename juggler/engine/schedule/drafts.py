@@ -5,7 +5,8 @@ A generating sequence often repeats what it has seen: an answer quoting its docu
 code edit copying most of the file, JSON repeating its keys. So after each sampled
 token the worker looks up the sequence's last tokens in everything the sequence holds
 (prompt, session history, its own output) and, at the earlier occurrence that matches
-furthest back, takes the tokens that followed as a draft. The draft goes into the next decode beside the sampled token, each row with
+furthest back, takes the tokens that followed as a draft. The draft goes into the next
+decode beside the sampled token, each row with
 logits; the worker then samples row by row and keeps drafts while they equal what it
 sampled (see `worker.generation`). Sampling every position as usual and keeping a draft
 token only when the draw equals it is the standard speculative rule for a draft that
@@ -51,17 +52,18 @@ PROBE_EVERY = 16
 
 class NgramIndex:
     """The tokens of one sequence and, for each `MIN_MATCH` tokens, every place they
-        occurred with a token after them.
+    occurred with a token after them.
 
-        A draft continues the earlier occurrence of the current suffix that matches it
-        furthest back (ties: the most recent). Grounded text repeats itself in templated
-        ways: twelve paragraphs that each say "was built in the year", a file whose methods
-        all end in "return out". The most recent "in the year" is usually the wrong
-        paragraph; the one whose match reaches back to "The harbor of Varenholm" is the one
-        being quoted. Where two occurrences match equally far back and then go different
-    ways, only what they agree on is drafted. `extend` is O(1) per token; `draft` compares at most `MAX_CANDIDATES`
-        occurrences back to `MAX_MATCH` tokens each, and in practice stops within a few
-        tokens for all but the right one. The last tokens never match themselves."""
+    A draft continues the earlier occurrence of the current suffix that matches it
+    furthest back (ties: the most recent). Grounded text repeats itself in templated
+    ways: twelve paragraphs that each say "was built in the year", a file whose methods
+    all end in "return out". The most recent "in the year" is usually the wrong
+    paragraph; the one whose match reaches back to "The harbor of Varenholm" is the one
+    being quoted. Where two occurrences match equally far back and then go different
+    ways, only what they agree on is drafted. `extend` is O(1) per token; `draft`
+    compares at most `MAX_CANDIDATES` occurrences back to `MAX_MATCH` tokens each, and in
+    practice stops within a few tokens for all but the right one. The last tokens never
+    match themselves."""
 
     def __init__(self, tokens: Iterable[int] = ()) -> None:
         self.tokens: list[int] = []

@@ -56,19 +56,23 @@ class Speculation:
         if room <= 0:
             return 0
         self.since_draft += 1
+        fixed, per_row = cost.fit()
+
+        def pays(rate: float, length: int) -> int:
+            return draft_length(rate, length, fixed_s=fixed, per_row_s=per_row, num_seqs=num_seqs)
+
+        # Now and then one token is tried anyway, if drafts could pay at all here, so a
+        # sequence that starts quoting after a while is noticed.
+        probe = self.since_draft >= PROBE_EVERY and pays(0.99, 1) > 0
+        if not probe and pays(max(a.rate for a in self.acceptance), room) == 0:
+            return 0  # no draft could pay now, whatever it matched: skip the lookup
         draft, match = self._index(s).draft(room)
         if not draft:
             return 0
         acceptance = self.acceptance[bisect.bisect_right(MATCH_CLASSES, match)]
-        fixed, per_row = cost.fit()
-        want = draft_length(
-            acceptance.rate, len(draft), fixed_s=fixed, per_row_s=per_row, num_seqs=num_seqs
-        )
+        want = pays(acceptance.rate, len(draft))
         if want == 0:
-            # Now and then try one token anyway, if drafts could pay at all here, so a
-            # sequence that starts quoting after a while is noticed.
-            could = draft_length(0.99, 1, fixed_s=fixed, per_row_s=per_row, num_seqs=num_seqs)
-            if not could or self.since_draft < PROBE_EVERY:
+            if not probe:
                 return 0
             want = 1
         draft = draft[:want]
