@@ -116,6 +116,9 @@ class Settings(BaseModel):
     downsize_idle_timeout: float = opt.DOWNSIZE_IDLE_TIMEOUT
     evict_idle_timeout: float = opt.EVICT_IDLE_TIMEOUT
     evict_weight_factor: float = opt.EVICT_WEIGHT_FACTOR
+    #: Issue 21: divide the cores between busy backends (off: every backend uses every
+    #: core, as llama.cpp's own server does).
+    compute_plan: bool = True
     #: Seed 002: global memory use (0..1) above which idle models are evicted.
     auto_evict_threshold_pct: float = Field(0.90, gt=0, le=1)
 

@@ -121,6 +121,16 @@ def unpin(model_name: str, host: HostOpt = None, port: PortOpt = None) -> None:
     _pin(model_name, False, host, port)
 
 
+def _cores(compute: dict[str, Any] | None) -> str:
+    """A model's share of the cores: threads, the cpus, and whether it is busy."""
+    if not compute:
+        return ""
+    cpus = compute.get("cpus") or []
+    where = f" on {cpus[0]}-{cpus[-1]}" if len(cpus) > 1 else f" on {cpus[0]}" if cpus else ""
+    tag = "" if compute.get("planned", True) else " (fixed)"
+    return f"{compute.get('threads')}{where}{tag}"
+
+
 def loaded_table(health: dict[str, Any]) -> Table:
     table = Table(
         "model",
@@ -131,6 +141,7 @@ def loaded_table(health: dict[str, Any]) -> Table:
         "streaming",
         "ctx",
         "memory (MB)",
+        "cores",
         "last use",
         title=f"max models per type: {health.get('max_models')}",
     )
@@ -146,6 +157,7 @@ def loaded_table(health: dict[str, Any]) -> Table:
             "yes" if m.get("is_streaming") else "",
             str((m.get("recipe_options") or {}).get("ctx_size", "")),
             f"{rss / 1e6:.0f}" if rss else "",
+            _cores(m.get("compute")),
             last,
         )
     return table

@@ -36,6 +36,13 @@ def serve(
     log_level: Annotated[
         str | None, typer.Option(help="critical/error/warning/info/debug.")
     ] = None,
+    compute_plan: Annotated[
+        bool | None,
+        typer.Option(
+            "--compute-plan/--no-compute-plan",
+            help="Divide the cores between busy backends (default on).",
+        ),
+    ] = None,
 ) -> None:
     """Start the server (and load the default model)."""
     import uvicorn
@@ -55,6 +62,7 @@ def serve(
         threads=threads,
         llamacpp_args=llamacpp_args,
         log_level=log_level,
+        compute_plan=compute_plan,
     )
     level = "debug" if settings.log_level == "trace" else settings.log_level
     logging.basicConfig(

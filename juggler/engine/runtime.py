@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any
 
+from juggler.compute.board import reader_from_env
 from juggler.engine.cache.prefix_cache import prefix_keys
 from juggler.engine.engine_config import EngineConfig, embed_worker_config, worker_config
 from juggler.engine.llama.chat import CHATML, ChatTemplate
@@ -39,6 +40,7 @@ from juggler.engine.schedule.messages import (
     Shutdown,
 )
 from juggler.engine.schedule.stream import StreamSink
+from juggler.engine.threads import ThreadGovernor, governor_from
 from juggler.engine.worker.config import WorkerSnapshot
 from juggler.engine.worker.embed import EmbedWorker, rerank_tokens
 from juggler.engine.worker.worker import Worker
@@ -49,7 +51,12 @@ log = logging.getLogger(__name__)
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, model: LlamaModel | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: LlamaModel | None = None,
+        governor: ThreadGovernor | None = None,
+    ) -> None:
         """`model`: the loaded model (loaded from `config.model_path` when None)."""
         self.config = config
         flags = config.flags
@@ -68,6 +75,8 @@ class Engine:
             self.template = ChatTemplate(CHATML, bos_token=bos, eos_token=eos, origin="none")
         self.device = "gpu" if flags.n_gpu_layers > 0 and supports_gpu_offload() else "cpu"
         self.workers: list[Worker | EmbedWorker] = []
+        #: Each worker's thread count, as the router's compute plan divides the cores.
+        self.governor = governor or governor_from(flags.threads, reader_from_env())
         self.master: Master | None = None
         self._task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -100,13 +109,23 @@ class Engine:
         for i in range(flags.workers):
             if self.is_llm:
                 wcfg = worker_config(cfg)
-                self.workers.append(Worker(i, self.model, wcfg, self.template, loop, deliver))
+                self.workers.append(
+                    Worker(i, self.model, wcfg, self.template, loop, deliver, self.governor)
+                )
             else:
                 native = self._native_model()
                 ecfg = embed_worker_config(cfg, native.n_ctx_train)
                 rerank = cfg.type is ModelType.RERANKING
                 self.workers.append(
-                    EmbedWorker(i, native, ecfg, rerank=rerank, loop=loop, deliver=deliver)
+                    EmbedWorker(
+                        i,
+                        native,
+                        ecfg,
+                        rerank=rerank,
+                        loop=loop,
+                        deliver=deliver,
+                        governor=self.governor,
+                    )
                 )
         self.master = Master(self.workers, capacity=flags.parallel)
         for w in self.workers:

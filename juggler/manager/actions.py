@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from juggler.errors import SlotsPinned
@@ -51,8 +51,11 @@ class Actions:
         spawner: Spawner,
         load_timeout_s: float,
         post: Callable[[m.Message], None],
+        env_for: Callable[[WrappedServer], Mapping[str, str]] = lambda server: {},
     ) -> None:
         self.table = table
+        #: The environment a new backend gets (its compute board).
+        self.env_for = env_for
         self.loads = loads
         self.spawner = spawner
         self.load_timeout_s = load_timeout_s
@@ -155,6 +158,7 @@ class Actions:
             stopping,
             self.load_timeout_s,
             self.post,
+            self.env_for(server),
         )
         self.spawn(load)
 

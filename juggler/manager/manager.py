@@ -24,6 +24,7 @@ from juggler.config import Settings, parse_max_loaded_models
 from juggler.errors import BadRequest, JugglerError
 from juggler.logbook import LogBook
 from juggler.manager import messages as m
+from juggler.manager.compute import LINGER_S, ComputePlanner
 from juggler.manager.lease import Lease
 from juggler.manager.memory import MemorySource, choose_source
 from juggler.manager.monitor import INTERVAL_S, Monitor
@@ -77,6 +78,8 @@ class Manager:
         monitor_interval_s: float = INTERVAL_S,
         logbook: LogBook | None = None,
         saved_options: Callable[[str], Mapping[str, Any]] | None = None,
+        compute_cpus: tuple[int, ...] | None = None,
+        compute_linger_s: float = LINGER_S,
     ) -> None:
         self.settings = settings
         #: A model's saved load options (Lemonade's save_options), under a load's own.
@@ -86,6 +89,9 @@ class Manager:
         self._spawner: Spawner = spawner or ProcessSpawner(logbook)
         #: Where memory pressure is read (chosen at start unless given).
         self.memory_source = memory_source
+        #: The cores the compute plan divides (default: this process's) and its linger.
+        self._compute_cpus = compute_cpus
+        self._compute_linger_s = compute_linger_s
         self._monitor_interval_s = monitor_interval_s
         self._monitor: Monitor | None = None
         self._log_dir = log_dir
@@ -100,7 +106,7 @@ class Manager:
         """Start the owner task on the running loop. Returns at once."""
         if self._task is not None:
             return
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._inbox = asyncio.Queue()  # bound to this loop
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="juggler-backends-"))
@@ -118,6 +124,12 @@ class Manager:
             monitor=self._monitor,
             auto_evict=self.settings.auto_evict,
             threshold=self.settings.auto_evict_threshold_pct,
+            compute=ComputePlanner(
+                enabled=self.settings.compute_plan,
+                cpus=self._compute_cpus,
+                linger_s=self._compute_linger_s,
+                wake=lambda delay: loop.call_later(delay, self._post, m.Replan()),
+            ),
         )
         self._task = asyncio.create_task(owner.run(), name="juggler-manager")
 

@@ -35,6 +35,7 @@ class MsgKind(enum.Enum):
     EXITED = "exited"  # watcher task: a ready backend's process exited
     PROBE_FAILED = "probe_failed"  # probe task: the backend does not answer
     TICK = "tick"  # idle timer: an auto_evict server may have reached its idle timeout
+    REPLAN = "replan"  # compute planner timer: a busy server's linger ended
     RESTART_DUE = "restart_due"  # watchdog timer: restart a model whose backend died
     SET_MEMORY = "set_memory"  # caller: /internal/set auto_evict, auto_evict_threshold_pct
     SIMULATE = "simulate"  # caller: /internal/simulate-vram-pressure
@@ -141,6 +142,11 @@ class Tick:
 
 
 @dataclass(eq=False)
+class Replan:
+    kind: ClassVar[MsgKind] = MsgKind.REPLAN
+
+
+@dataclass(eq=False)
 class SetMemory:
     kind: ClassVar[MsgKind] = MsgKind.SET_MEMORY
     #: None leaves a value as it is.
@@ -200,6 +206,7 @@ Message = (
     | Exited
     | ProbeFailed
     | Tick
+    | Replan
     | RestartDue
     | SetMemory
     | Simulate

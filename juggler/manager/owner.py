@@ -20,6 +20,7 @@ from juggler.errors import LoadFailed, ModelNotLoaded
 from juggler.manager import messages as m
 from juggler.manager import tasks
 from juggler.manager.actions import Actions, settle
+from juggler.manager.compute import ComputePlanner
 from juggler.manager.eviction_engine import EvictionEngine
 from juggler.manager.load_queue import LoadJob, LoadQueue
 from juggler.manager.monitor import Monitor
@@ -47,6 +48,7 @@ class Owner:
         monitor: Monitor,
         auto_evict: bool = False,
         threshold: float = 0.9,
+        compute: ComputePlanner | None = None,
     ) -> None:
         """`post` puts a message in `inbox` from any thread (leases may be released off
         the loop); `publish` receives the snapshot after every message."""
@@ -56,7 +58,11 @@ class Owner:
         self.inbox = inbox
         self.publish = publish
         self.loads = LoadQueue()
-        self.act = Actions(table, self.loads, spawner, load_timeout_s, post)
+        #: The one owner of the machine's cores: shares for the busy backends.
+        self.compute = compute or ComputePlanner(enabled=False)
+        self.act = Actions(
+            table, self.loads, spawner, load_timeout_s, post, env_for=self.compute.env_for
+        )
         self.watchdog = Watchdog(post, table.counters)
         self.engine = EvictionEngine(
             table, self.act, monitor, auto_evict=auto_evict, threshold=threshold
@@ -75,6 +81,7 @@ class Owner:
             m.MsgKind.EXITED: self.on_exited,
             m.MsgKind.PROBE_FAILED: self.on_probe_failed,
             m.MsgKind.TICK: self.on_tick,
+            m.MsgKind.REPLAN: lambda msg: None,  # step 4 replans after every message
             m.MsgKind.RESTART_DUE: self.on_restart_due,
             m.MsgKind.SET_MEMORY: self.engine.on_set,
             m.MsgKind.SIMULATE: self.engine.on_simulate,
@@ -86,8 +93,9 @@ class Owner:
         """Handle messages until Stop. Each message: (1) dispatch it by kind, (2) take
         queued loads off the queue while none runs, deciding each as it leaves (seed 000),
         (3) seed 002's idle timeouts (downsize, evict), the timer for the next one, and the
-        memory monitor on exactly while a model is opted in, (4) publish an immutable
-        snapshot for readers."""
+        memory monitor on exactly while a model is opted in, (4) the compute plan: each
+        busy backend's share of the cores, written to its board before a lease handed out
+        in (1) reaches its caller, (5) publish an immutable snapshot for readers."""
         self._publish()
         while True:
             msg = await self.inbox.get()
@@ -102,9 +110,10 @@ class Owner:
                     handler(msg)
                 self.act.pump(self.limits)  # 2.
                 self.engine.after_message()  # 3.
+                self.compute.update(self.table)  # 4.
             except Exception:
                 log.exception("manager: handling %s failed", msg.kind.name)
-            self._publish()  # 4.
+            self._publish()  # 5.
 
     def _publish(self) -> None:
         self.publish(
@@ -287,6 +296,7 @@ class Owner:
         every backend process (SIGTERM, then SIGKILL); then answer Stop."""
         await self.engine.close()
         self.watchdog.close()
+        self.compute.close()
         error = LoadFailed("The server is shutting down")
         for job in self.loads.drain():
             self.act.fail(job, error)

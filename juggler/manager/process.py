@@ -21,10 +21,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 
+from juggler.compute.board import ENV as BOARD_ENV
 from juggler.errors import LoadFailed, RecipeNotInstalled
 from juggler.logbook import LogBook
 from juggler.manager.output import OutputPump
@@ -53,6 +55,13 @@ def _die_with_parent() -> None:
     kernel kills the backend, so no model is left holding memory."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """This process's environment for a backend, less what is per backend, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k != BOARD_ENV}
+    env.update(extra or {})
+    return env
 
 
 def free_port(host: str = HOST) -> int:
@@ -143,7 +152,13 @@ class ProcessSpawner:
     def __init__(self, logbook: LogBook | None = None) -> None:
         self.logbook = logbook
 
-    async def start(self, plan: LaunchPlan, log_path: Path, timeout_s: float) -> BackendProcess:
+    async def start(
+        self,
+        plan: LaunchPlan,
+        log_path: Path,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+    ) -> BackendProcess:
         """Spawn the process in its own process group and wait until its health check
         answers 200. Blocks (awaits) up to `timeout_s`. Raises CheckpointMissing /
         RecipeNotInstalled (missing-file class) or LoadFailed (with the log's tail); on
@@ -163,6 +178,7 @@ class ProcessSpawner:
                 stdout=write_fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=_child_env(env),
                 preexec_fn=_die_with_parent if _LIBC is not None else None,
             )
             spawned = True

@@ -131,6 +131,9 @@ class LaunchPlan:
     argv_template: tuple[str, ...]
     #: llamacpp backends report the device they actually use on /health.
     reports_device: bool
+    #: Threads per engine worker given explicitly (`threads`, `--threads`); 0: the compute
+    #: plan decides (llamacpp only).
+    threads: int = 0
 
     @property
     def model_type(self) -> ModelType:
@@ -219,6 +222,12 @@ def _llamacpp_argv(info: ModelInfo, options: ModelOptions, settings: Settings) -
     return identity + [a.replace("{", "{{").replace("}", "}}") for a in flags]
 
 
+def _explicit_threads(options: ModelOptions, settings: Settings) -> int:
+    """Threads per worker set by the admin or the load (0: left to the compute plan)."""
+    threads = parse_llamacpp_args(options.llamacpp_args).get("threads", settings.threads)
+    return int(threads)
+
+
 def _command_template(info: ModelInfo) -> tuple[str, ...]:
     """The model's command template as argv tokens; a template that cannot be parsed or
     filled (unclosed quote, unknown placeholder) is the client's error, named `command`."""
@@ -285,6 +294,7 @@ def plan_launch(
             "/health",
             tuple(_llamacpp_argv(info, options, settings)),
             reports_device=True,
+            threads=_explicit_threads(options, settings),
         )
     found = next((p for p in map(shutil.which, recipe.executables) if p), None)
     if found is None:

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from juggler.compute.plan import Share
 from juggler.manager.policy import ServerView
 from juggler.options import ModelOptions
 from juggler.types import MODEL_TYPE_ORDER, Device, ModelType
@@ -92,6 +93,8 @@ class ServerSnapshot:
     auto_evict: bool = False
     #: The backend's command line (Lemonade's health `launch_command`).
     launch_command: tuple[str, ...] = ()
+    #: Its share of the cores (issue 21's compute plan); None: outside the plan.
+    compute: Share | None = None
 
     @property
     def is_busy(self) -> bool:
@@ -117,6 +120,7 @@ class ServerSnapshot:
             "is_busy": self.is_busy,
             "in_flight": self.in_flight,
             "num_loads": self.num_loads,
+            "compute": self.compute.as_json() if self.compute is not None else None,
         }
 
 

@@ -9,6 +9,7 @@ child processes, health polling); fast tests use an in-memory fake
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -67,9 +68,15 @@ class BackendProcess(Protocol):
 
 
 class Spawner(Protocol):
-    async def start(self, plan: LaunchPlan, log_path: Path, timeout_s: float) -> BackendProcess:
-        """Start a backend for `plan`, logging to `log_path`, and wait up to `timeout_s`
-        for it to be healthy. Raises CheckpointMissing / RecipeNotInstalled (missing-file
+    async def start(
+        self,
+        plan: LaunchPlan,
+        log_path: Path,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+    ) -> BackendProcess:
+        """Start a backend for `plan` (with `env` added to its environment), logging to
+        `log_path`, and wait up to `timeout_s` for it to be healthy. Raises CheckpointMissing / RecipeNotInstalled (missing-file
         class) or LoadFailed; on failure or cancellation nothing is left running."""
         ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from juggler.errors import JugglerError, LoadFailed
@@ -33,14 +33,16 @@ async def load(
     stopping: list[asyncio.Future[None]],
     timeout_s: float,
     post: Post,
+    env: Mapping[str, str] | None = None,
 ) -> None:
     """Wait for the victims' processes to be gone (their memory freed), then start the
-    backend; posts LoadDone with the process or the error."""
+    backend (with `env` added to its environment); posts LoadDone with the process or
+    the error."""
     process: BackendProcess | None = None
     error: Exception | None = None
     try:
         await asyncio.gather(*stopping)
-        process = await spawner.start(job.plan, log_path, timeout_s)
+        process = await spawner.start(job.plan, log_path, timeout_s, env=env)
     except JugglerError as exc:
         error = exc
     except Exception as exc:

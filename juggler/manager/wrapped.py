@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from juggler.compute.plan import Share
 from juggler.manager.policy import ServerView
 from juggler.manager.pressure import MemoryView
 from juggler.manager.recipes import LaunchPlan
@@ -47,6 +48,8 @@ class WrappedServer:
         self.is_hung = False
         #: Seed 002's soft idle (see MemState).
         self.memory = MemState.ACTIVE
+        #: Its share of the cores now (the compute planner writes it); None: outside the plan.
+        self.compute: Share | None = None
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name)
         self.log_path = log_dir / f"{safe}-{server_id}.log"
 
@@ -83,6 +86,7 @@ class WrappedServer:
             downsizable_bytes=self.process.downsizable_bytes if self.process else 0,
             auto_evict=self.options.auto_evict,
             launch_command=self.launch_command(),
+            compute=self.compute,
         )
 
     def launch_command(self) -> tuple[str, ...]:

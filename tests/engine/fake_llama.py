@@ -139,6 +139,9 @@ class FakeContext:
         self.adapter: FakeAdapter | None = None
         self._next: dict[int, int] = {}
         self.closed = False
+        self.n_threads = params.n_threads
+        #: The thread count of every decode, in order.
+        self.decoded_threads: list[int] = []
 
     # -- for the tests ---------------------------------------------------------------
     def tokens(self, seq_id: int) -> list[int]:
@@ -158,6 +161,7 @@ class FakeContext:
             raise RuntimeError(f"fake decode {n} exploded")
         rows = list(batch.rows)
         self.decoded.append(rows)
+        self.decoded_threads.append(self.n_threads)
         self.decoded_adapters.append(self.adapter)
         self._next = {}
         rc = self.faults.fail_decodes.get(n)
@@ -209,6 +213,9 @@ class FakeContext:
         out = [0.0] * N_VOCAB
         out[self._next[row]] = 1.0
         return tuple(out)
+
+    def set_threads(self, n: int) -> None:
+        self.n_threads = n
 
     def set_adapter(self, adapter: Any | None) -> None:
         self.adapter = adapter

@@ -8,6 +8,7 @@ from juggler.engine.llama.chat import CHATML, ChatTemplate
 from juggler.engine.schedule.drafts import DecodeCost
 from juggler.engine.schedule.messages import Notice, Reply, WorkerCommand
 from juggler.engine.schedule.stream import StreamEvent, StreamSink
+from juggler.engine.threads import ThreadGovernor
 from juggler.engine.worker.config import WorkerConfig
 from juggler.engine.worker.worker import Worker
 from tests.engine.fake_llama import FakeContext, FakeLlama, Faults
@@ -46,6 +47,7 @@ class Rig:
         stochastic: bool = False,
         speculative: bool = False,
         spec_draft_max: int = 8,
+        governor: ThreadGovernor | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.fake = FakeLlama(faults, copying=copying, stochastic=stochastic)
@@ -67,7 +69,9 @@ class Rig:
             speculative=speculative,
             spec_draft_max=spec_draft_max,
         )
-        self.worker = Worker(0, self.fake, config, template(), self.loop, self.notices.append)
+        self.worker = Worker(
+            0, self.fake, config, template(), self.loop, self.notices.append, governor
+        )
         self.worker.open()
         # The fake decodes in microseconds: size drafts as on 2 CPU cores instead.
         self.worker.gens.cost = FixedCost()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +116,8 @@ class FakeSpawner:
         self.num_loading = 0
         self.max_loading = 0
         self._pids = itertools.count(1000)
+        #: The environment each start was given, in order.
+        self.envs: list[dict[str, str]] = []
 
     def of(self, name: str) -> Behaviour:
         return self.behaviour.setdefault(name, Behaviour())
@@ -139,7 +142,14 @@ class FakeSpawner:
     def starts(self, name: str | None = None) -> int:
         return sum(1 for what, n, _ in self.events if what == "start" and name in (None, n))
 
-    async def start(self, plan: LaunchPlan, log_path: Path, timeout_s: float) -> BackendProcess:
+    async def start(
+        self,
+        plan: LaunchPlan,
+        log_path: Path,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+    ) -> BackendProcess:
+        self.envs.append(dict(env or {}))
         name = plan.info.name
         behaviour = self.of(name)
         pid = next(self._pids)

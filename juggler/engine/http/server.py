@@ -86,6 +86,7 @@ def create_app(engine: Engine) -> FastAPI:
             "pid": os.getpid(),
             "chat_template": engine.template.origin,
             "memory": memory.memory_body(engine),
+            "compute": engine.governor.status(),
         }
         dead = engine.dead
         if dead is not None:

@@ -79,6 +79,7 @@ class Context:
         self.pooling = int(C.llama_pooling_type(ctx))
         self.memory: Any = C.llama_get_memory(ctx)
         self.num_removals = 0
+        self.n_threads = params.n_threads
         self._adapter: Any = None
 
     def decode(self, batch: TokenBatch) -> int:
@@ -122,6 +123,12 @@ class Context:
         if not ptr:
             raise EngineError(f"llama.cpp returned no logits for batch row {row}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def set_threads(self, n: int) -> None:
+        """Decode (and prefill) with `n` threads from the next decode on."""
+        if n != self.n_threads:
+            C.llama_set_n_threads(self.ptr, n, n)
+            self.n_threads = n
 
     def set_adapter(self, adapter: Any | None) -> None:
         """Apply one LoRA adapter at scale 1 (or none) to the following decodes."""

@@ -112,6 +112,10 @@ class LlamaContext(Protocol):
         """A copy of the logits of batch row `row` of the last decode."""
         ...
 
+    def set_threads(self, n: int) -> None:
+        """Decode with `n` threads from the next decode on (the compute plan)."""
+        ...
+
     def set_adapter(self, adapter: Adapter | None) -> None:
         """Apply this LoRA adapter (scale 1) to the following decodes, or none; cheap
         when it is already the applied one."""

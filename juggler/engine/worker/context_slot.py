@@ -39,8 +39,12 @@ def rss_bytes() -> int:
 
 
 class ContextSlot:
-    def __init__(self, make: Callable[[], LlamaContext]) -> None:
+    def __init__(
+        self, make: Callable[[], LlamaContext], threads: Callable[[], int] | None = None
+    ) -> None:
         self._make = make
+        #: Asked before every decode: the thread count the compute plan gives now.
+        self._threads = threads
         self._ctx: LlamaContext | None = None
         self._removals_before = 0
         #: Resident memory the context took when it was last made.
@@ -84,7 +88,10 @@ class ContextSlot:
         return self._removals_before + live
 
     def decode(self, batch: TokenBatch) -> int:
-        return self.ensure().decode(batch)
+        ctx = self.ensure()
+        if self._threads is not None:
+            ctx.set_threads(self._threads())
+        return ctx.decode(batch)
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         return self.ensure().seq_rm(seq_id, p0, p1)
@@ -100,6 +107,9 @@ class ContextSlot:
 
     def set_adapter(self, adapter: Adapter | None) -> None:
         self.ensure().set_adapter(adapter)
+
+    def set_threads(self, n: int) -> None:
+        self.ensure().set_threads(n)
 
     def close(self) -> None:
         self.release()

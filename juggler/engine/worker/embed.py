@@ -31,6 +31,7 @@ from juggler.engine.schedule.messages import (
     reply_of,
 )
 from juggler.engine.schedule.stream import RequestStats
+from juggler.engine.threads import ThreadGovernor
 from juggler.engine.worker.config import WorkerConfig, WorkerSnapshot
 from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.errors import BadRequest, ContextOverflow, EngineDead, EngineError, JugglerError
@@ -89,8 +90,10 @@ class EmbedWorker(OwnerThread):
         rerank: bool,
         loop: asyncio.AbstractEventLoop,
         deliver: Callable[[Notice], None],
+        governor: ThreadGovernor | None = None,
     ) -> None:
         super().__init__("embed", worker_id, loop, deliver, kv_total=config.n_ctx)
+        self.governor = governor
         self.model = model
         self.config = config
         self.rerank = rerank
@@ -177,6 +180,8 @@ class EmbedWorker(OwnerThread):
             for seq, idx in enumerate(group):
                 for pos, tok in enumerate(inputs[idx]):
                     batch.add(tok, pos, seq, True)
+            if self.governor is not None:
+                ctx.set_threads(self.governor.threads_for(self.worker_id))
             rc = ctx.decode(batch)
             if rc != 0:
                 raise EngineError(f"llama_decode failed ({rc}) on an embedding batch")

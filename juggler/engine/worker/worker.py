@@ -52,6 +52,7 @@ from juggler.engine.schedule.messages import (
     WorkerCommand,
     reply_of,
 )
+from juggler.engine.threads import ThreadGovernor
 from juggler.engine.worker.adapters import AdapterSet, can_run, drop_unregistered
 from juggler.engine.worker.config import Clock, WorkerConfig
 from juggler.engine.worker.context_slot import ContextSlot
@@ -90,8 +91,11 @@ class Worker(OwnerThread):
         template: ChatTemplate,
         loop: asyncio.AbstractEventLoop,
         deliver: Callable[[Notice], None],
+        governor: ThreadGovernor | None = None,
     ) -> None:
         super().__init__("worker", worker_id, loop, deliver, kv_total=config.n_ctx)
+        #: The compute plan's thread count for this worker (None: the config's, fixed).
+        self.governor = governor
         self.model = model
         self.config = config
         self.template = template
@@ -114,10 +118,12 @@ class Worker(OwnerThread):
             n_threads=cfg.n_threads,
             flash_attn=cfg.flash_attn,
         )
-        self.ctx = ContextSlot(lambda: self.model.new_context(params))
+        wid = self.worker_id
+        gov = self.governor
+        threads = (lambda: gov.threads_for(wid)) if gov is not None else None
+        self.ctx = ContextSlot(lambda: self.model.new_context(params), threads)
         batch = self.model.new_batch(cfg.n_batch)
         n_ctx = self.ctx.n_ctx
-        wid = self.worker_id
         self.kv = KvBook(
             self.ctx,
             self.table,

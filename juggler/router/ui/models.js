@@ -53,6 +53,27 @@ function activity(entry) {
   return parts.join(", ") || "idle";
 }
 
+/** Issue 21: the model's share of the cores under the compute plan. */
+export function computeShare(entry) {
+  const c = entry && entry.compute;
+  if (!c) return "";
+  const cpus = formatCpus(c.cpus || []);
+  const text = `${c.threads} thread${c.threads === 1 ? "" : "s"}` + (cpus ? ` on ${cpus}` : "");
+  const title = c.planned ? (c.busy ? "busy: its share of the cores" : "idle")
+    : "outside the compute plan (explicit threads, or the plan is off)";
+  return h("span", { class: "compute", title }, text);
+}
+
+function formatCpus(cpus) {
+  const runs = [];
+  for (const c of cpus) {
+    const last = runs[runs.length - 1];
+    if (last && last[1] === c - 1) last[1] = c;
+    else runs.push([c, c]);
+  }
+  return runs.map(([a, b]) => (a === b ? `cpu ${a}` : `cpus ${a}-${b}`)).join(", ");
+}
+
 function memory(entry) {
   if (!entry || !entry.memory) return "";
   const rss = fmtBytes(entry.memory.rss_bytes);
@@ -115,6 +136,7 @@ const COLUMNS = [
   { label: "Memory", cell: (m, e) => memory(e) },
   { label: "Pinned", cell: (m, e) => (e && e.pinned ? h("span", { class: "badge pin", text: "pinned" }) : "") },
   { label: "Activity", cell: (m, e) => activity(e) },
+  { label: "Cores", cell: (m, e) => computeShare(e) },
   { label: "Last use", cell: (m, e) => (e ? fmtAgo(e.last_use) : "") },
   { label: "", cell: (m, e, hl) => actions(m, e, hl) },
 ];

