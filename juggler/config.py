@@ -116,6 +116,7 @@ class Settings(BaseModel):
     downsize_idle_timeout: float = opt.DOWNSIZE_IDLE_TIMEOUT
     evict_idle_timeout: float = opt.EVICT_IDLE_TIMEOUT
     evict_weight_factor: float = opt.EVICT_WEIGHT_FACTOR
+    compute_weight: float = opt.COMPUTE_WEIGHT
     #: Issue 21: divide the cores between busy backends (off: every backend uses every
     #: core, as llama.cpp's own server does).
     compute_plan: bool = True

@@ -78,6 +78,13 @@ EVICT_WEIGHT_FACTOR = Field(
     gt=0,
     description="Eviction protection: higher keeps a model longer under memory pressure.",
 )
+COMPUTE_WEIGHT = Field(
+    1.0,
+    gt=0,
+    le=1000,
+    description="Share of the cores against other busy models (issue 21's compute plan): "
+    "two busy models with weights 3 and 1 get three quarters and one quarter.",
+)
 WORKERS = Field(
     1, ge=1, le=64, description="Engine workers (llama.cpp contexts) per llama.cpp backend."
 )
@@ -103,6 +110,7 @@ class ModelOptions(BaseModel):
     downsize_idle_timeout: float = DOWNSIZE_IDLE_TIMEOUT
     evict_idle_timeout: float = EVICT_IDLE_TIMEOUT
     evict_weight_factor: float = EVICT_WEIGHT_FACTOR
+    compute_weight: float = COMPUTE_WEIGHT
 
     def launch_key(self) -> tuple[int, str, str]:
         """The options that change how the backend process is started. Two loads of one

@@ -107,7 +107,8 @@ class ComputePlanner:
             if busy and s.in_flight == 0 and since is not None:
                 end = since + self.linger_s
                 next_wake = end if next_wake is None else min(next_wake, end)
-            consumers.append(Consumer(key, busy, fixed_threads=s.plan.threads))
+            weight = s.options.compute_weight
+            consumers.append(Consumer(key, busy, weight, fixed_threads=s.plan.threads))
         shares = plan_shares(consumers, self.cpus, enabled=self.enabled)
         alive = {s.server_id for s in planned}
         for key in list(self._shares):

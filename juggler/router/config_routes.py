@@ -63,6 +63,7 @@ NEXT_LOAD = frozenset(
         "downsize_idle_timeout",
         "evict_idle_timeout",
         "evict_weight_factor",
+        "compute_weight",
     }
 )
 

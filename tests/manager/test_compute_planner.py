@@ -12,6 +12,7 @@ from juggler.compute.board import ENV, BoardReader
 from juggler.compute.plan import Share
 from juggler.manager.compute import ComputePlanner, is_busy
 from juggler.manager.snapshot import ServerState
+from juggler.options import ModelOptions
 from juggler.types import ModelInfo
 
 from .conftest import FakeRegistry, run, running, settings
@@ -38,6 +39,7 @@ class Server:
     state: ServerState = ServerState.READY
     plan: Plan = field(default_factory=Plan)
     compute: Share | None = None
+    options: ModelOptions = field(default_factory=ModelOptions)
 
 
 class Clock:
@@ -154,5 +156,43 @@ def test_explicit_threads_keep_a_model_outside(tmp_path: Path) -> None:
             share = m.snapshot()[0].compute
             assert share is not None and share.fixed and share.threads == 3
             lease.release()
+
+    run(scenario())
+
+
+def test_a_weight_given_at_load_divides_the_cores_unequally(tmp_path: Path) -> None:
+    """Issue 21: "an optional per-model weight for priority is welcome". A /load of the
+    loaded model with a new weight takes effect without a reload."""
+    fake = FakeSpawner()
+    reg = FakeRegistry(llamacpp("a", tmp_path / "a.gguf"), llamacpp("b", tmp_path / "b.gguf"))
+
+    async def scenario() -> None:
+        from juggler.manager import Manager
+
+        s = settings(max_loaded_models=2, threads=0)
+        manager = Manager(
+            s,
+            reg,
+            resolve=lambda i: Path(i.checkpoint),
+            spawner=fake,
+            compute_cpus=tuple(range(8)),
+            compute_linger_s=0.0,
+        )
+        await manager.start()
+        try:
+            await manager.load("a", {"compute_weight": 3.0})
+            await manager.load("b")
+            leases = [await manager.acquire("a"), await manager.acquire("b")]
+            shares = {s.model_name: s.compute for s in manager.snapshot()}
+            assert shares["a"] == Share(6, tuple(range(6)), True)
+            assert shares["b"] == Share(2, (6, 7), True)
+            await manager.load("a", {"compute_weight": 1.0})  # same launch: no reload
+            shares = {s.model_name: s.compute for s in manager.snapshot()}
+            assert shares["a"] == Share(4, (0, 1, 2, 3), True)
+            assert fake.starts("a") == 1
+            for lease in leases:
+                lease.release()
+        finally:
+            await manager.stop()
 
     run(scenario())

@@ -111,9 +111,11 @@ def test_the_plan_reaches_both_running_backends(server: RunningServer) -> None:
     runner = keep_busy(server, DEFAULT_MODEL, stop)
     try:
         alone = wait_until(
-            lambda: (g := backend_compute(urls[DEFAULT_MODEL]))["workers"].get("0") == len(CPUS)
-            and g["cpus"] == list(CPUS)
-            and g
+            lambda: (
+                (g := backend_compute(urls[DEFAULT_MODEL]))["workers"].get("0") == len(CPUS)
+                and g["cpus"] == list(CPUS)
+                and g
+            )
         )
         assert alone["threads"] == len(CPUS)
     finally:
