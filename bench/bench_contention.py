@@ -174,7 +174,8 @@ def start_juggler(models: list[Model], plan: bool, ctx: int) -> System:
             "--model",
             "",
             "--max-loaded-models",
-            f"{n_llm} 1",
+            str(n_llm),
+            "1",
             "--ctx-size",
             str(ctx),
             "--admin-api-key",
@@ -256,6 +257,18 @@ def llm_request(
     return tokens
 
 
+def retried(fn: Callable[[], int]) -> int:
+    """One request, tried again on a dropped connection (a keep-alive closed by the
+    server just as it was reused); a third failure is raised."""
+    for attempt in range(3):
+        try:
+            return fn()
+        except httpx.TransportError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def embed_request(c: httpx.Client, url: str, name: str) -> int:
     r = c.post(url + "/v1/embeddings", json={"model": name, "input": SENTENCES})
     r.raise_for_status()
@@ -289,9 +302,9 @@ def run_model(
         with httpx.Client(timeout=900) as c:
             for _ in range(per_client):
                 if model.kind == "llm":
-                    done += llm_request(c, url, name, args.tokens, mark_first)
+                    done += retried(lambda: llm_request(c, url, name, args.tokens, mark_first))
                 else:
-                    done += embed_request(c, url, name)
+                    done += retried(lambda: embed_request(c, url, name))
                     mark_first()
             with lock:
                 finished.append(time.perf_counter())
@@ -299,9 +312,9 @@ def run_model(
                     work_done.set()
             while not everyone_done.is_set():  # filler: keep the pressure on
                 if model.kind == "llm":
-                    llm_request(c, url, name, 8, lambda: None)
+                    retried(lambda: llm_request(c, url, name, 8, lambda: None))
                 else:
-                    embed_request(c, url, name)
+                    retried(lambda: embed_request(c, url, name))
         return done
 
     with ThreadPoolExecutor(clients) as pool:

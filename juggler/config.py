@@ -91,8 +91,12 @@ class Settings(BaseModel):
     #: Directories (besides Juggler's own model cache) whose files clients may register
     #: as checkpoints without the admin key (Lemonade's extra_models_dir).
     model_dirs: tuple[str, ...] = ()
-    #: Browser origins allowed by CORS; empty: CORS is off.
+    #: Browser origins allowed by CORS; empty: CORS is off (the server's own origin, the
+    #: dashboard, is always allowed).
     cors_origins: tuple[str, ...] = ()
+    #: Host header values besides the server's own names and addresses (a guard against
+    #: DNS rebinding): `name`, `*.domain`, or `*` for any.
+    allowed_hosts: tuple[str, ...] = ()
     #: Requests that may wait in the router for their model to load; more get 429.
     max_queued_requests: int = Field(256, ge=1, le=100000)
     #: How long a request may wait for its model to load before it gets 429.
@@ -128,7 +132,7 @@ class Settings(BaseModel):
     def _max_loaded(cls, value: Any) -> tuple[int, ...]:
         return parse_max_loaded_models(value)
 
-    @field_validator("model_dirs", "cors_origins", mode="before")
+    @field_validator("model_dirs", "cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _string_list(cls, value: Any) -> Any:
         """A list, or (from the environment or `config set`) one comma-separated string."""

@@ -86,6 +86,11 @@ class Forbidden(JugglerError):
     type = "permission_error"
 
 
+class UnsupportedMediaType(JugglerError):
+    status = 415
+    code = "unsupported_media_type"
+
+
 class NotFound(JugglerError):
     status = 404
     code = "not_found"

@@ -118,3 +118,16 @@ def chat_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
         yield server
     finally:
         server.stop()
+
+
+def backend_headers(pid: int) -> dict[str, str]:
+    """The key a backend answers to (issue 27), read from its environment as only the
+    same user can: what a test needs to talk to a backend directly."""
+    from juggler.backend_key import ENV, HEADER
+
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    for item in environ:
+        name, _, value = item.partition(b"=")
+        if name.decode() == ENV:
+            return {HEADER: value.decode()}
+    raise AssertionError(f"backend {pid} has no {ENV}")

@@ -25,8 +25,11 @@ class Client:
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
         self.base = f"http://{host}:{settings.port}"
         headers = {}
-        if settings.api_key:
-            headers["Authorization"] = f"Bearer {settings.api_key}"
+        # The admin key, when the config file holds one, works wherever the API key does:
+        # the owner's CLI may then also register files and change settings (issue 22).
+        key = settings.admin_api_key or settings.api_key
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
         self.admin_key = settings.admin_api_key
         self.http = httpx.Client(base_url=self.base, headers=headers, timeout=timeout_s)
 

@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import httpx
 from pydantic import BaseModel
 
+from juggler.backend_key import BackendAuth, BackendKeys
 from juggler.config import Settings, parse_max_loaded_models
 from juggler.errors import BadRequest, JugglerError
 from juggler.logbook import LogBook
@@ -87,6 +89,11 @@ class Manager:
         self.registry = registry
         self._resolve = resolve
         self._spawner: Spawner = spawner or ProcessSpawner(logbook)
+        keys = getattr(self._spawner, "keys", None)
+        #: Adds each backend's key to the router's requests to it (issue 27).
+        self.backend_auth: httpx.Auth | None = (
+            BackendAuth(keys) if isinstance(keys, BackendKeys) else None
+        )
         #: Where memory pressure is read (chosen at start unless given).
         self.memory_source = memory_source
         #: The cores the compute plan divides (default: this process's) and its linger.

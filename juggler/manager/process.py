@@ -21,11 +21,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx
 
+from juggler.backend_key import ENV as KEY_ENV
+from juggler.backend_key import HEADER as KEY_HEADER
+from juggler.backend_key import BackendKeys, new_key
 from juggler.compute.board import ENV as BOARD_ENV
 from juggler.errors import LoadFailed, RecipeNotInstalled
 from juggler.logbook import LogBook
@@ -59,7 +62,7 @@ def _die_with_parent() -> None:
 
 def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     """This process's environment for a backend, less what is per backend, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if k != BOARD_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (BOARD_ENV, KEY_ENV)}
     env.update(extra or {})
     return env
 
@@ -86,8 +89,11 @@ class ProcessHandle:
         health_path: str,
         log_path: Path,
         output: OutputPump,
+        key: str | None = None,
     ) -> None:
         self.process = process
+        #: The backend's key (issue 27): sent on the handle's own calls to it.
+        self.headers = {KEY_HEADER: key} if key else {}
         self.output = output
         self.port = port
         self.url = f"http://{HOST}:{port}"
@@ -97,6 +103,8 @@ class ProcessHandle:
         self.load_duration_s = 0.0
         self.downsizable_bytes = 0
         self.log_path = log_path
+        #: Called once the process is gone (forgets its key).
+        self.on_stop: Callable[[], None] = lambda: None
 
     @property
     def is_alive(self) -> bool:
@@ -120,13 +128,16 @@ class ProcessHandle:
                 _signal_group(self.process.pid, signal.SIGKILL)
                 await self.process.wait()
         self.kill_now()  # children of a `command` backend may outlive their leader
+        self.on_stop()
         await self.output.drain(timeout_s=1.0)
 
     async def downsize(self, timeout_s: float) -> bool:
         if not self.downsizable_bytes:
             return False
         try:
-            async with httpx.AsyncClient(trust_env=False, timeout=timeout_s) as client:
+            async with httpx.AsyncClient(
+                trust_env=False, timeout=timeout_s, headers=self.headers
+            ) as client:
                 response = await client.post(self.url + "/internal/downsize")
             return response.status_code == 200 and response.json().get("downsized") is True
         except (httpx.HTTPError, ValueError, AttributeError):
@@ -151,6 +162,8 @@ class ProcessSpawner:
 
     def __init__(self, logbook: LogBook | None = None) -> None:
         self.logbook = logbook
+        #: Each running llama.cpp backend's key, for the router's clients (`BackendAuth`).
+        self.keys = BackendKeys()
 
     async def start(
         self,
@@ -167,6 +180,8 @@ class ProcessSpawner:
         require_file(plan)
         port = free_port()
         argv = plan.argv(port, HOST)
+        key = new_key() if plan.reports_device else None  # Juggler's own engine checks it
+        env = {**(env or {}), **({KEY_ENV: key} if key else {})}
         log_path.parent.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
         output = OutputPump(read_fd, log_path, plan.info.name, self.logbook)
@@ -193,7 +208,10 @@ class ProcessSpawner:
             self.logbook.append(
                 plan.info.name, f"[juggler] backend started: pid {process.pid}, port {port}"
             )
-        handle = ProcessHandle(process, port, plan.health_path, log_path, output)
+        handle = ProcessHandle(process, port, plan.health_path, log_path, output, key)
+        if key:
+            self.keys.add(handle.url, key)
+            handle.on_stop = lambda: self.keys.remove(handle.url)
         try:
             body = await _wait_healthy(handle, plan.info.name, started + timeout_s)
         except BaseException:
@@ -207,10 +225,13 @@ class ProcessSpawner:
 
     async def probe(self, process: BackendProcess, timeout_s: float) -> bool:
         try:
-            async with httpx.AsyncClient(trust_env=False, timeout=timeout_s) as client:
+            headers = getattr(process, "headers", {})
+            async with httpx.AsyncClient(
+                trust_env=False, timeout=timeout_s, headers=headers
+            ) as client:
                 response = await client.get(process.health_url)
-            return response.status_code == 200 and response.json().get("downsized") is True
-        except (httpx.HTTPError, ValueError, AttributeError):
+            return response.status_code == 200
+        except httpx.HTTPError:
             return False
 
 
@@ -221,7 +242,9 @@ async def _wait_healthy(handle: ProcessHandle, name: str, deadline: float) -> by
     timeout_s = deadline - time.monotonic()
     delay = 0.02
     try:
-        async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
+        async with httpx.AsyncClient(
+            trust_env=False, timeout=2.0, headers=handle.headers
+        ) as client:
             while True:
                 if exited.done():
                     await handle.output.settle(timeout_s=1.0)  # its last words, into the file

@@ -25,7 +25,7 @@ from juggler.engine_args import parse_llamacpp_args
 from juggler.options import EngineFlags
 from juggler.router.bodies import parse
 from juggler.router.deps import state_of
-from juggler.router.model_routes import is_admin
+from juggler.router.model_routes import is_local_owner
 from juggler.router.openapi import body_of
 
 router = APIRouter()
@@ -92,7 +92,7 @@ async def list_adapters(request: Request) -> dict[str, Any]:
 
 async def _register(request: Request, adapter_id: str, path: str, base: str | None) -> Any:
     state = state_of(request)
-    info = await state.adapters.register(adapter_id, path, base, is_admin=is_admin(request))
+    info = await state.adapters.register(adapter_id, path, base, is_admin=is_local_owner(request))
     return {
         "status": "success",
         "message": f"Registered LoRA adapter {info.adapter_id} for {info.base_model}",

@@ -13,7 +13,7 @@ from juggler import __version__
 from juggler.manager.memory import process_rss
 from juggler.router.bodies import parse
 from juggler.router.deps import state_of
-from juggler.router.model_routes import is_admin
+from juggler.router.model_routes import is_admin, is_local_owner
 from juggler.router.openapi import body_of
 from juggler.router.schemas import LoadRequest, PinRequest, UnloadRequest, load_overrides
 from juggler.router.security import check_registration
@@ -89,6 +89,7 @@ async def load(request: Request) -> dict[str, Any]:
         check_registration(
             state.settings,
             is_admin=is_admin(request),
+            is_local_owner=is_local_owner(request),
             recipe=body.recipe or "llamacpp",
             checkpoint=body.checkpoint,
             command=None,

@@ -45,6 +45,7 @@ from juggler.router import (
     ui_routes,
 )
 from juggler.router.adapters import Adapters
+from juggler.router.browser_guard import BrowserGuard, BrowserGuardMiddleware
 from juggler.router.deps import RouterState
 from juggler.router.drain import Drain
 from juggler.router.figures import FiguresPoller
@@ -209,5 +210,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID"],
         )
+    guard = BrowserGuard(settings.host, settings.allowed_hosts, settings.cors_origins)
+    app.add_middleware(BrowserGuardMiddleware, guard=guard)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -20,7 +21,7 @@ async def read_json(request: Request) -> dict[str, Any]:
     if not raw.strip():
         raise BadRequest("request body is empty; expected a JSON object")
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_non_finite, parse_float=_finite)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -35,6 +36,19 @@ async def read_json(request: Request) -> dict[str, Any]:
     if b"\\u" in raw and _has_lone_surrogate(data):
         raise BadRequest("request body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
     return data
+
+
+def _non_finite(word: str) -> Any:
+    """JSON has no NaN or Infinity (Python's parser takes them): a 400 in every dialect."""
+    raise BadRequest(f"request body holds {word}, which is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float; one too large for a double (`1e309`) is a 400, not inf."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadRequest(f"request body holds the number {text[:40]}, which is out of range")
+    return value
 
 
 def _has_lone_surrogate(data: Any) -> bool:

@@ -14,7 +14,13 @@ import secrets
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from juggler.errors import JugglerError, PayloadTooLarge, Unauthorized, render
-from juggler.router.security import admin_only, admin_refusal, bearer, key_matches
+from juggler.router.security import (
+    admin_only,
+    admin_refusal,
+    bearer,
+    is_loopback,
+    key_matches,
+)
 from juggler.router.ui_routes import OPEN_PAGES, OPEN_PREFIX
 
 log = logging.getLogger("juggler.router")
@@ -100,11 +106,19 @@ class AuthMiddleware:
             return
         token = bearer(scope.get("headers", []))
         is_admin = key_matches(token, self.admin_api_key)
-        scope.setdefault("state", {})["is_admin"] = is_admin
+        client = scope.get("client")
+        state = scope.setdefault("state", {})
+        state["is_admin"] = is_admin
+        # The owner at the keyboard (issue 22): with no admin key configured, a loopback
+        # client that is not a browser may register local files anywhere readable.
+        state["is_local_owner"] = is_admin or (
+            not self.admin_api_key
+            and is_loopback(client[0] if client else None)
+            and not any(k in (b"origin", b"sec-fetch-site") for k, _ in scope.get("headers", []))
+        )
         rid = request_id_of(scope)
         what = admin_only(scope["path"])
         if what is not None:
-            client = scope.get("client")
             refusal = admin_refusal(
                 what,
                 is_admin=is_admin,

@@ -41,6 +41,12 @@ def is_admin(request: Request) -> bool:
     return bool(getattr(request.state, "is_admin", False))
 
 
+def is_local_owner(request: Request) -> bool:
+    """Whether the request may register local files anywhere: the admin key, or with none
+    configured a loopback client that is not a browser (AuthMiddleware decided it)."""
+    return bool(getattr(request.state, "is_local_owner", False))
+
+
 def _labels(body: PullRequest) -> tuple[str, ...]:
     labels = list(body.labels)
     for flag, label in (
@@ -54,7 +60,9 @@ def _labels(body: PullRequest) -> tuple[str, ...]:
     return tuple(labels)
 
 
-def _plan(state: RouterState, body: PullRequest, admin: bool) -> tuple[Any, Callable[[], None]]:
+def _plan(
+    state: RouterState, body: PullRequest, admin: bool, owner: bool
+) -> tuple[Any, Callable[[], None]]:
     """What to download and what to do once it is there (register a new model)."""
     checkpoint = body.main_checkpoint()
     if not checkpoint and not body.command:
@@ -64,6 +72,7 @@ def _plan(state: RouterState, body: PullRequest, admin: bool) -> tuple[Any, Call
     check_registration(
         state.settings,
         is_admin=admin,
+        is_local_owner=owner,
         recipe=body.recipe,
         checkpoint=checkpoint,
         command=body.command,
@@ -93,7 +102,7 @@ def _plan(state: RouterState, body: PullRequest, admin: bool) -> tuple[Any, Call
 async def pull(request: Request) -> Response:
     state = state_of(request)
     body, _ = await parse(request, PullRequest)
-    ref, register = _plan(state, body, is_admin(request))
+    ref, register = _plan(state, body, is_admin(request), is_local_owner(request))
     done = {"status": "success", "message": f"Installed model: {body.model_name}"}
     if not body.stream:
         await run_pull(ref, register)

@@ -28,7 +28,7 @@ from juggler.registry.checkpoint import cache_dir
 from juggler.registry.locks import disk_errors, temp_beside
 from juggler.router.bodies import parse
 from juggler.router.deps import RouterState, state_of
-from juggler.router.model_routes import is_admin
+from juggler.router.model_routes import is_local_owner
 from juggler.router.ollama_answer import line
 from juggler.router.ollama_models import inferred_labels
 from juggler.router.ollama_routes import NDJSON
@@ -120,7 +120,7 @@ async def create(request: Request) -> Response:
             f"parameters.{next(iter(sampling))}", "models keep load options only, not sampling"
         )
     state.registry.check_new_name(body.model, ollama=True)
-    checkpoint = _create_source(state, body, is_admin(request))
+    checkpoint = _create_source(state, body, is_local_owner(request))
     if checkpoint is None:
         state.registry.copy_model(str(body.from_), body.model)
     else:

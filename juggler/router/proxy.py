@@ -57,7 +57,11 @@ class Proxy:
         self.drain = drain or Drain(0.0)
         self.drain.on_expire(self._cut_all)
         self._relays: set[Relay] = set()
-        self.client = httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=None))
+        self.client = httpx.AsyncClient(
+            timeout=TIMEOUT,
+            limits=httpx.Limits(max_connections=None),
+            auth=manager.backend_auth,  # each backend answers only with its key
+        )
         #: (model_name, backend_url) of the most recent inference request.
         self.last_served: tuple[str, str] | None = None
         #: Requests waiting in `manager.acquire` (for a load, or for an eviction to end).

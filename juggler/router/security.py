@@ -90,9 +90,18 @@ def inside_model_dirs(path: Path, settings: Settings) -> bool:
 
 
 def check_registration(
-    settings: Settings, *, is_admin: bool, recipe: str, checkpoint: str, command: str | None
+    settings: Settings,
+    *,
+    is_admin: bool,
+    recipe: str,
+    checkpoint: str,
+    command: str | None,
+    is_local_owner: bool = False,
 ) -> None:
-    """Raise Forbidden unless a client may register this model over HTTP."""
+    """Raise Forbidden unless a client may register this model over HTTP.
+    `is_local_owner`: the request came from a loopback client that is not a browser and
+    no admin key is configured; it may register a local file anywhere (as Lemonade
+    allows), never a command."""
     if recipe == "command" or command:
         if not settings.allow_command_recipes:
             raise Forbidden(
@@ -108,7 +117,7 @@ def check_registration(
         ref = parse_checkpoint(checkpoint)
     except ValueError as exc:
         raise BadRequest(str(exc), param="checkpoint") from None
-    if isinstance(ref, HfRef) or is_admin:
+    if isinstance(ref, HfRef) or is_admin or is_local_owner:
         return
     if isinstance(ref, LocalRef) and inside_model_dirs(ref.path, settings):
         return
@@ -118,7 +127,8 @@ def check_registration(
         else "a file outside the model directories"
     )
     raise Forbidden(
-        f"registering {where} needs the admin API key (model directories: "
+        f"registering {where} needs the admin API key, or with none configured a "
+        f"request from this machine that is not a browser's (model directories: "
         f"{', '.join(str(d) for d in model_dirs(settings))})",
         param="checkpoint",
     )

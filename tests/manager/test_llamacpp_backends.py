@@ -122,7 +122,8 @@ def test_streaming_model_not_evicted_until_stream_ends(tmp_path: Path) -> None:
             }
             chunks = 0
             loading: asyncio.Task[object] | None = None
-            async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
+            auth = m.backend_auth
+            async with httpx.AsyncClient(trust_env=False, timeout=60, auth=auth) as client:
                 url = lease.backend_url + "/v1/completions"
                 async with client.stream("POST", url, json=body) as response:
                     assert response.status_code == 200

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from juggler.compute.plan import Consumer, plan_shares
-from tests.conftest import DEFAULT_MODEL, RunningServer, start_server
+from tests.conftest import DEFAULT_MODEL, RunningServer, backend_headers, start_server
 from tests.manager.conftest import SMOLLM
 
 pytestmark = pytest.mark.slow
@@ -46,8 +46,10 @@ def backends(server: RunningServer) -> dict[str, dict[str, Any]]:
     return {m["model_name"]: m for m in server.health()["all_models_loaded"]}  # type: ignore[attr-defined]
 
 
-def backend_compute(url: str) -> dict[str, Any]:
-    body: dict[str, Any] = httpx.get(url + "/health", timeout=10).json()["compute"]
+def backend_compute(url: str, pid: int) -> dict[str, Any]:
+    """What the backend itself reports (with its key: it answers its router only)."""
+    health = httpx.get(url + "/health", headers=backend_headers(pid), timeout=10)
+    body: dict[str, Any] = health.json()["compute"]
     return body
 
 
@@ -84,13 +86,13 @@ def test_the_plan_reaches_both_running_backends(server: RunningServer) -> None:
     with two real backends checks the thread counts each reports while both are busy)"."""
     expected = plan_shares([Consumer(1, True), Consumer(2, True)], CPUS)
     want = sorted(s.threads for s in expected.values())
-    urls = {name: m["backend_url"] for name, m in backends(server).items()}
+    urls = {name: (m["backend_url"], m["pid"]) for name, m in backends(server).items()}
     stop = threading.Event()
     runners = [keep_busy(server, name, stop) for name in (DEFAULT_MODEL, TWIN)]
     try:
 
         def both_divided() -> dict[str, dict[str, Any]] | None:
-            got = {name: backend_compute(url) for name, url in urls.items()}
+            got = {name: backend_compute(*where) for name, where in urls.items()}
             ok = all(g["busy"] and g["workers"].get("0") == g["threads"] for g in got.values())
             return got if ok and sorted(g["threads"] for g in got.values()) == want else None
 

@@ -15,6 +15,9 @@ from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
 from juggler.router.ui_routes import ui_files
 
+#: The base URL of in-process clients: a Host that names the server (issue 22).
+LOCAL = "http://127.0.0.1"
+
 KEY = {"Authorization": "Bearer user-key"}
 
 
@@ -23,7 +26,9 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TestClient:
     monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
     app = create_app(Settings(model="", api_key="user-key"), Registry(home=tmp_path / "home"))
     # A loopback peer, as the page on the same machine: the logs answer it (no admin key).
-    return TestClient(app, raise_server_exceptions=False, client=("127.0.0.1", 50000))
+    return TestClient(
+        app, base_url=LOCAL, raise_server_exceptions=False, client=("127.0.0.1", 50000)
+    )
 
 
 def test_the_page_is_served_at_root_and_ui_without_a_key(client: TestClient) -> None:

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import DEFAULT_MODEL, GEMMA, RunningServer, start_server
+from tests.conftest import DEFAULT_MODEL, GEMMA, RunningServer, backend_headers, start_server
 
 pytestmark = pytest.mark.slow
 # SmolLM2-135M (Q4_1) answers the bare question in French word salad, also through
@@ -209,24 +209,25 @@ def test_non_streaming_client_that_disconnects_cancels_the_generation(
     import socket
     import time
 
-    backend = next(
-        m["backend_url"]
+    entry = next(
+        m
         for m in chat_server.health()["all_models_loaded"]  # type: ignore[union-attr]
         if m["model_name"] == DEFAULT_MODEL
     )
+    backend = entry["backend_url"]
     max_tokens = 1900  # the context is 2048: the request could run to its end
     body = json.dumps(
         {"model": DEFAULT_MODEL, "prompt": "Count:", "max_tokens": max_tokens, "ignore_eos": True}
     ).encode()
     host, port = chat_server.base_url.removeprefix("http://").split(":")
-    with httpx.Client(timeout=10) as direct:
+    with httpx.Client(timeout=10, headers=backend_headers(entry["pid"])) as direct:
 
         def running() -> int:
             return int(direct.get(backend + "/stats").json()["requests_running"])
 
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(
-                b"POST /api/v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"POST /api/v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )

@@ -17,6 +17,9 @@ from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
 from tests.registry.hub import StandInHub, running_hub
 
+#: The base URL of in-process clients: a Host that names the server (issue 22).
+LOCAL = "http://127.0.0.1"
+
 GGUF = b"GGUF" + bytes(range(256)) * 64  # 16 KiB, checked by SHA-256
 QWEN = "Qwen3-0.6B-GGUF"  # a catalog name: unsloth/Qwen3-0.6B-GGUF:Q4_0
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -37,7 +40,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StandInHub]
 @pytest.fixture()
 def client(hub: StandInHub, tmp_path: Path) -> Iterator[TestClient]:
     app = create_app(Settings(model="", admin_api_key="admin-secret"), Registry(tmp_path / "home"))
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as c:
         yield c
 
 

@@ -20,6 +20,9 @@ from juggler.registry.catalog import Registry
 from juggler.router import uploads
 from juggler.router.app import create_app
 
+#: The base URL of in-process clients: a Host that names the server (issue 22).
+LOCAL = "http://127.0.0.1"
+
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
@@ -130,7 +133,7 @@ def test_generate_maps_raw_to_completions_and_the_rest_to_chat() -> None:
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
     app = create_app(Settings(model="", max_body_bytes=4096), Registry(tmp_path / "home"))
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as c:
         yield c
 
 
@@ -174,7 +177,7 @@ def _blob_files(home: Path) -> list[Path]:
 def small_uploads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
     settings = Settings(model="", max_upload_bytes=1024 * 1024)
-    with TestClient(create_app(settings, Registry(tmp_path / "home"))) as c:
+    with TestClient(create_app(settings, Registry(tmp_path / "home")), base_url=LOCAL) as c:
         yield c
 
 
@@ -210,7 +213,7 @@ def test_an_upload_that_would_leave_under_1_gib_free_is_507(
     blobs = tmp_path / "home" / "models" / "blobs"
     blobs.mkdir(parents=True)
     settings = Settings(model="", max_upload_bytes=1 << 60)
-    with TestClient(create_app(settings, Registry(tmp_path / "home"))) as client:
+    with TestClient(create_app(settings, Registry(tmp_path / "home")), base_url=LOCAL) as client:
         digest = "sha256:" + "0" * 64
         headers = {"Content-Length": str(shutil.disk_usage(blobs).free)}
         r = client.post(f"/api/blobs/{digest}", content=b"GGUF", headers=headers)

@@ -21,6 +21,9 @@ from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
 from juggler.router.ollama_answer import OllamaAnswer
 
+#: The base URL of in-process clients: a Host that names the server (issue 22).
+LOCAL = "http://127.0.0.1"
+
 WEATHER = {
     "type": "function",
     "function": {
@@ -235,7 +238,7 @@ def test_a_streamed_answer_sends_each_call_as_one_ndjson_line() -> None:
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
     app = create_app(Settings(model=""), Registry(tmp_path / "home"))
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as c:
         yield c
 
 

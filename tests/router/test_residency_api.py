@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import DEFAULT_MODEL, GEMMA, RunningServer, start_server
+from tests.conftest import DEFAULT_MODEL, GEMMA, RunningServer, backend_headers, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,10 @@ def test_load_fills_health_with_every_field(server: RunningServer) -> None:
     assert entry["status"] == "ready" and entry["pid"] > 0 and entry["last_use"] > 0
     assert entry["backend_url"].startswith("http://127.0.0.1:")
     with httpx.Client(timeout=5) as direct:
-        assert direct.get(entry["backend_url"] + "/health").status_code == 200
+        # Issue 27: a backend answers its router only (its key), /health included.
+        assert direct.get(entry["backend_url"] + "/health").status_code == 401
+        key = backend_headers(entry["pid"])
+        assert direct.get(entry["backend_url"] + "/health", headers=key).status_code == 200
     assert health["max_models"] == {
         "llm": 1,
         "embedding": 1,

@@ -15,6 +15,9 @@ from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
 from juggler.router.security import LOG_PATHS
 
+#: The base URL of in-process clients: a Host that names the server (issue 22).
+LOCAL = "http://127.0.0.1"
+
 ADMIN = {"Authorization": "Bearer admin-secret"}
 
 
@@ -28,7 +31,7 @@ def client(home: Path, peer: tuple[str, int] = ("testclient", 50000), **values: 
     """The app in-process; the peer "testclient" is not a loopback client."""
     settings = Settings(model="", **values)
     app = create_app(settings, Registry(home=home))
-    return TestClient(app, raise_server_exceptions=False, client=peer)
+    return TestClient(app, base_url=LOCAL, raise_server_exceptions=False, client=peer)
 
 
 @pytest.fixture()

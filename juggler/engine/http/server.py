@@ -11,6 +11,7 @@ backend.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -22,9 +23,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from juggler.api import openai as api
 from juggler.api.responses import RESPONSE_ID, RESPONSE_ID_HEADER, ResponsesRequest
+from juggler.backend_key import ENV as KEY_ENV
+from juggler.backend_key import HEADER, key_matches
 from juggler.engine.http import memory, openai_routes, responses_api
 from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
@@ -34,14 +38,43 @@ from juggler.engine.http.streaming import stream
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
 from juggler.engine.structured.tools import ToolCaps, template_caps
-from juggler.errors import BadRequest, EngineError, JugglerError, render
+from juggler.errors import BadRequest, EngineError, JugglerError, Unauthorized, render
 from juggler.options import bad_request_of
 
 log = logging.getLogger(__name__)
 
 
-def create_app(engine: Engine) -> FastAPI:
+class RouterOnly:
+    """Issue 27: with a key in its environment (the router's spawner puts one there), the
+    backend answers no request that does not carry it, `/health` included: 401."""
+
+    def __init__(self, app: ASGIApp, *, key: str) -> None:
+        self.app = app
+        self.key = key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = next((v for k, v in scope.get("headers", []) if k == HEADER.encode()), None)
+            if not key_matches(given.decode("latin-1") if given else None, self.key):
+                error = Unauthorized("this backend answers its router only")
+                body = json.dumps(render(error)).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(engine: Engine, key: str | None = None) -> FastAPI:
+    """The backend's app; `key` (default: the environment's, see `juggler.backend_key`)
+    is required on every request when set."""
     name = engine.config.model_name
+    key = key if key is not None else os.environ.get(KEY_ENV)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -247,4 +280,6 @@ def create_app(engine: Engine) -> FastAPI:
     app.post("/v1/rerank")(rerank)
     app.post("/v1/reranking")(rerank)
     app.post("/rerank")(rerank)
+    if key:
+        app.add_middleware(RouterOnly, key=key)
     return app
