@@ -340,7 +340,73 @@ def measure(system: System, models: list[Model], args: argparse.Namespace) -> di
         everyone.set()
         out = {k: f.result() for k, f in futures.items()}
     time.sleep(1.5)  # let the engines' idle upkeep finish before the next measurement
+    wait_idle()
     return out
+
+
+def ttft(url: str, name: str) -> float:
+    """Seconds to the first token of a short streamed completion."""
+    started = time.perf_counter()
+    got: list[float] = []
+    with httpx.Client(timeout=300) as c:
+        llm_request(c, url, name, 4, lambda: got.append(time.perf_counter() - started))
+    return got[0] if got else float("nan")
+
+
+def arrival(
+    system: System, busy: Model, newcomer: Model, args: argparse.Namespace
+) -> tuple[float, float]:
+    """How long a newly busy model waits: the median time to first token of `newcomer`'s
+    requests alone, and while `busy` runs its streams (each request after a pause longer
+    than the plan's linger, so each one arrives as a newly busy model)."""
+    url, name = system.urls[newcomer.key], system.names[newcomer.key]
+    alone = []
+    for _ in range(5):
+        alone.append(ttft(url, name))
+        time.sleep(0.5)
+    stop = threading.Event()
+
+    def keep_busy() -> None:
+        with httpx.Client(timeout=900) as c:
+            u, n = system.urls[busy.key], system.names[busy.key]
+            while not stop.is_set():
+                retried(lambda: llm_request(c, u, n, 32, lambda: None))
+
+    threads = [threading.Thread(target=keep_busy, daemon=True) for _ in range(args.streams)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    together = []
+    for _ in range(5):
+        together.append(ttft(url, name))
+        time.sleep(1.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    time.sleep(1.5)
+    return med(alone), med(together)
+
+
+def cpu_busy(interval_s: float = 0.5) -> float:
+    """The share of the machine's CPU time spent busy over `interval_s` (/proc/stat)."""
+
+    def read() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields), idle
+
+    total0, idle0 = read()
+    time.sleep(interval_s)
+    total1, idle1 = read()
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_idle(limit: float = 0.1, timeout_s: float = 20.0) -> None:
+    """Wait until the machine is quiet: the previous measurement's servers may keep
+    their threads spinning, or tidy up, for a while after their last request."""
+    deadline = time.monotonic() + timeout_s
+    while cpu_busy() > limit and time.monotonic() < deadline:
+        pass
 
 
 def med(xs: list[float]) -> float:
@@ -401,6 +467,8 @@ def run_set(set_name: str, models: list[Model], args: argparse.Namespace) -> Non
                     )
             line = "  ".join(f"{n} {eff[n][-1]:.2f}" for n in eff)
             print(f"[{set_name}] round {r + 1}: shared efficiency {line}", flush=True)
+        llms = [m for m in models if m.kind == "llm"]
+        arrivals = {s.name: arrival(s, llms[0], llms[1], args) for s in systems}
     print(
         f"\n## {set_name}: {' + '.join(m.key for m in models)}, {args.streams} streams x "
         f"{args.tokens} tokens, {args.rounds} rounds (medians of per-round values)"
@@ -424,6 +492,9 @@ def run_set(set_name: str, models: list[Model], args: argparse.Namespace) -> Non
             + " | ".join(cells)
             + f" | {e:.2f} | {vs} | {med(fair[name]):.2f} | {med(wait[name]) * 1000:.0f} ms |"
         )
+    print(f"\nnewly busy {llms[1].key} beside a busy {llms[0].key}: median time to first token")
+    for name, (alone, busy) in arrivals.items():
+        print(f"  {name}: alone {alone * 1000:.0f} ms, beside the busy one {busy * 1000:.0f} ms")
 
 
 def run_lone(args: argparse.Namespace) -> None:

@@ -97,6 +97,12 @@ class Settings(BaseModel):
     #: Host header values besides the server's own names and addresses (a guard against
     #: DNS rebinding): `name`, `*.domain`, or `*` for any.
     allowed_hosts: tuple[str, ...] = ()
+    #: Seconds a client has to send a request's headers (nginx's client_header_timeout).
+    header_timeout_s: float = Field(60.0, gt=0, le=3600)
+    #: Open connections (and requests in progress) at most; more get 503.
+    max_connections: int = Field(4096, ge=16, le=1_000_000)
+    #: Open sessions (`/api/v1/sessions`) the router keeps; more get 429.
+    max_sessions: int = Field(4096, ge=1, le=1_000_000)
     #: Requests that may wait in the router for their model to load; more get 429.
     max_queued_requests: int = Field(256, ge=1, le=100000)
     #: How long a request may wait for its model to load before it gets 429.

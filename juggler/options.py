@@ -259,6 +259,14 @@ class EngineFlags(BaseModel):
         "a request needing one more waits.",
         json_schema_extra=_unit("adapters"),
     )
+    stall_timeout: float = Field(
+        120.0,
+        gt=0,
+        le=86400,
+        description="Seconds a worker may hold work without finishing a step before the "
+        "backend reports itself stalled (its /health answers 503 and the router restarts it).",
+        json_schema_extra=_unit("s"),
+    )
     park_memory_mb: int = Field(
         1024,
         ge=0,

@@ -20,11 +20,12 @@ What maps where (ollama/ollama docs/api.md):
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from juggler.api.ollama_chat import Format, Message, format_fields, openai_messages
+from juggler.api.openai import MAX_INPUTS, MAX_MESSAGES, capped
 from juggler.api.structured import Tool
 from juggler.errors import BadRequest, NotImplementedParam
 
@@ -48,7 +49,7 @@ class _Generating(_Body):
 
 
 class ChatBody(_Generating):
-    messages: list[Message] | None = None
+    messages: Annotated[list[Message] | None, capped(MAX_MESSAGES, "messages")] = None
     tools: list[Tool] | None = Field(None, max_length=128)
 
 
@@ -67,7 +68,7 @@ class GenerateBody(_Generating):
 
 class EmbedBody(_Body):
     model: StrictStr = Field(min_length=1)
-    input: StrictStr | list[StrictStr]
+    input: Annotated[StrictStr | list[StrictStr], capped(MAX_INPUTS, "inputs")]
     truncate: StrictBool | None = None
     options: dict[StrictStr, Any] | None = None
     keep_alive: float | StrictStr | None = None

@@ -13,6 +13,7 @@ options. Pure.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from typing import Any
@@ -58,9 +59,21 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+#: A keep_alive longer than this (a year) keeps the model loaded, as a negative one does.
+MAX_KEEP_ALIVE_S = 365 * 24 * 3600.0
+
+
 def parse_keep_alive(value: float | str) -> float:
-    """Seconds; negative means "keep". Numbers are seconds, strings Go durations.
-    Raises BadRequest naming keep_alive."""
+    """Seconds; negative means "keep". Numbers are seconds, strings Go durations; more
+    than a year is "keep" too (issue 27: 10^22 hours is no timer). Raises BadRequest
+    naming keep_alive (a non-finite number too)."""
+    seconds = _keep_alive_seconds(value)
+    if not math.isfinite(seconds):
+        raise BadRequest(f"keep_alive: {value!r} is not a finite duration", param="keep_alive")
+    return -1.0 if seconds > MAX_KEEP_ALIVE_S else seconds
+
+
+def _keep_alive_seconds(value: float | str) -> float:
     if isinstance(value, int | float):
         return float(value)
     text = value.strip()

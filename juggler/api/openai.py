@@ -8,10 +8,11 @@ forwards the client's raw body, so what reaches the engine is exactly what was s
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -26,6 +27,25 @@ from juggler.errors import BadRequest
 
 #: Most choices one request may ask for (`n`).
 MAX_CHOICES = 16
+#: Most inputs in one embeddings request (OpenAI's limit), documents in one rerank, and
+#: prompts in one completions request (issue 27: bounded before any work).
+MAX_INPUTS = 2048
+
+
+def capped(limit: int, what: str) -> Any:
+    """A before-validator refusing a list longer than `limit` before its items are
+    checked, with a message that names the limit (issue 27: bounded before any work)."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, list) and len(value) > limit:
+            raise ValueError(f"at most {limit} {what} in one request (got {len(value)})")
+        return value
+
+    return BeforeValidator(check)
+
+
+#: Most messages in one chat request; a context holds far fewer (each costs tokens).
+MAX_MESSAGES = 8192
 #: Most entries of `logit_bias`.
 MAX_LOGIT_BIAS = 1024
 
@@ -186,7 +206,7 @@ class GenerationBody(SamplingBody):
 
 
 class ChatRequest(GenerationBody):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: Annotated[list[ChatMessage], capped(MAX_MESSAGES, "messages")] = Field(min_length=1)
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
@@ -208,7 +228,7 @@ class ChatRequest(GenerationBody):
 
 
 class CompletionRequest(GenerationBody):
-    prompt: str | list[str]
+    prompt: Annotated[str | list[str], capped(MAX_INPUTS, "prompts")]
     #: How many of the most likely tokens to list at each step (0 to 5).
     logprobs: int | None = Field(default=None, ge=0, le=5)
     #: Only false: the prompt is not echoed back.
@@ -231,7 +251,7 @@ class CompletionRequest(GenerationBody):
 
 
 class EmbeddingRequest(_Body):
-    input: str | list[str]
+    input: Annotated[str | list[str], capped(MAX_INPUTS, "inputs")]
     model: StrictStr | None = None
     #: "base64": little-endian float32 vectors, base64-encoded (the router encodes them).
     encoding_format: Literal["float", "base64"] | None = None
@@ -242,7 +262,7 @@ class EmbeddingRequest(_Body):
 
 class RerankRequest(_Body):
     query: StrictStr
-    documents: list[str] = Field(min_length=1)
+    documents: Annotated[list[str], capped(MAX_INPUTS, "documents")] = Field(min_length=1)
     model: StrictStr | None = None
     top_n: int | None = Field(default=None, ge=1)
     return_documents: StrictBool = True

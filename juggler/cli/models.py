@@ -9,6 +9,7 @@ local catalog directly.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
@@ -75,6 +76,7 @@ def pull(
 ) -> None:
     """Install a catalog model, or register and install a user model (user.NAME)."""
     body: dict[str, Any] = {"model_name": model_name, "stream": True}
+    checkpoint = local_path(checkpoint)
     if checkpoint:
         body.update(checkpoint=checkpoint, recipe=recipe, labels=list(label or ()))
     if command:
@@ -94,6 +96,16 @@ def pull(
         err.print(f"[red]error:[/red] {failed.get('error')}")
         raise typer.Exit(1)
     out.print(f"Installed model: {model_name}")
+
+
+def local_path(checkpoint: str) -> str:
+    """A relative local path as an absolute one, from the CLI's own working directory
+    (the server resolves nothing against its own); other forms unchanged."""
+    text = checkpoint.strip()
+    relative = text.startswith(("./", "../")) or (
+        text.endswith(".gguf") and not text.startswith(("/", "~", "pypi:"))
+    )
+    return str(Path(text).resolve()) if relative else checkpoint
 
 
 def _pull_here(

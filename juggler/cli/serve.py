@@ -78,11 +78,21 @@ def serve(
             app.state.drain.begin(asyncio.get_event_loop())
             super().handle_exit(sig, frame)
 
+    from juggler.router.connections import GuardedHttpProtocol, raise_fd_limit
+
+    # Descriptors for every allowed connection, its backend connection, and files.
+    raise_fd_limit(2 * settings.max_connections + 1024)
+
+    class Protocol(GuardedHttpProtocol):
+        header_timeout_s = settings.header_timeout_s
+
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=level,
+        http=Protocol,
+        limit_concurrency=settings.max_connections,
         # Past the drain, streams have been ended: a few seconds more to send the end.
         timeout_graceful_shutdown=int(settings.drain_timeout) + 5,
     )

@@ -82,6 +82,16 @@ class Engine:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.is_ready = False
 
+    def stalled_for(self) -> float:
+        """The longest a worker has held work without finishing a step, in seconds."""
+        now = time.monotonic()
+        return max((w.stuck_for(now) for w in self.workers), default=0.0)
+
+    @property
+    def is_stalled(self) -> bool:
+        """A worker holds work and has not finished a step for `--stall-timeout`."""
+        return self.stalled_for() > self.config.flags.stall_timeout
+
     @property
     def is_llm(self) -> bool:
         return self.config.type is ModelType.LLM

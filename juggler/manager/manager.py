@@ -36,6 +36,8 @@ from juggler.manager.process import ProcessSpawner
 from juggler.manager.recipes import LaunchPlan, Resolver, plan_launch
 from juggler.manager.snapshot import MemoryStatus, ServerSnapshot, TableSnapshot
 from juggler.manager.spawner import Spawner
+from juggler.manager.stall_watch import INTERVAL_S as STALL_INTERVAL_S
+from juggler.manager.stall_watch import StallWatch
 from juggler.manager.table import ServerTable
 from juggler.options import ModelOptions
 from juggler.types import MODEL_TYPE_ORDER, ModelInfo, ModelType
@@ -82,6 +84,7 @@ class Manager:
         saved_options: Callable[[str], Mapping[str, Any]] | None = None,
         compute_cpus: tuple[int, ...] | None = None,
         compute_linger_s: float = LINGER_S,
+        stall_interval_s: float = STALL_INTERVAL_S,
     ) -> None:
         self.settings = settings
         #: A model's saved load options (Lemonade's save_options), under a load's own.
@@ -99,6 +102,10 @@ class Manager:
         #: The cores the compute plan divides (default: this process's) and its linger.
         self._compute_cpus = compute_cpus
         self._compute_linger_s = compute_linger_s
+        #: Asks ready backends whether they are stalled (issue 27).
+        self._stall_watch = StallWatch(
+            self.snapshot, self._backend_status, self._post, stall_interval_s
+        )
         self._monitor_interval_s = monitor_interval_s
         self._monitor: Monitor | None = None
         self._log_dir = log_dir
@@ -139,12 +146,14 @@ class Manager:
             ),
         )
         self._task = asyncio.create_task(owner.run(), name="juggler-manager")
+        self._stall_watch.start()
 
     async def stop(self) -> None:
         """Fail queued loads, stop every backend (SIGTERM, then SIGKILL), end the owner.
         Blocks until every child process is gone."""
         if self._task is None or self._task.done():
             return
+        await self._stall_watch.stop()
         await self._ask(lambda f: m.Stop(f))
         await self._task
         if self._owns_log_dir and self._log_dir is not None:
@@ -301,6 +310,18 @@ class Manager:
         if self._task is None:
             return {}
         return {**dict(self._published.counters), "queued": self._published.num_queued}
+
+    async def _backend_status(self, snap: ServerSnapshot) -> str | None:
+        """A backend's own word on its health (`status` of its /health), None if none."""
+        try:
+            async with httpx.AsyncClient(
+                trust_env=False, timeout=5.0, auth=self.backend_auth
+            ) as client:
+                response = await client.get(snap.backend_url + "/health")
+            status = response.json().get("status")
+            return str(status) if status is not None else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
 
     # -- plumbing ------------------------------------------------------------------------
     async def _prepare(self, model_name: str, options: ModelOptions) -> LaunchPlan:

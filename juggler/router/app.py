@@ -81,7 +81,9 @@ def is_ollama_path(path: str) -> bool:
     return path.startswith("/api/") and not path.startswith("/api/v1/")
 
 
-def error_response(request: Request, exc: JugglerError) -> JSONResponse:
+def error_response(
+    request: Request, exc: JugglerError, extra_headers: dict[str, str] | None = None
+) -> JSONResponse:
     """The one place a router error becomes a response: OpenAI's error shape, or on
     Ollama's routes Ollama's (`{"error": "message"}`)."""
     body: dict[str, Any] = render(exc)
@@ -90,7 +92,7 @@ def error_response(request: Request, exc: JugglerError) -> JSONResponse:
         body["error"]["request_id"] = rid
     if is_ollama_path(request.url.path):
         body = {"error": exc.message, "code": exc.code, "request_id": rid or None}
-    headers = {}
+    headers = dict(extra_headers or {})
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
         headers["Retry-After"] = str(max(1, round(retry_after)))
@@ -124,6 +126,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.state.juggler = RouterState(
             settings, registry, manager, proxy, pins, figures, adapters, logs=logs
         )
+        app.state.juggler.sessions.limit = settings.max_sessions
         warmup = asyncio.create_task(_warm_up(manager, settings.model, pins))
         try:
             yield
@@ -193,7 +196,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         else:
             error = JugglerError(str(exc.detail))
             error.status = exc.status_code
-        return error_response(request, error)
+        # 405 carries Allow (RFC 9110), as Starlette sets it.
+        allow = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"}
+        return error_response(request, error, allow)
 
     document_request_bodies(app)
     app.add_middleware(

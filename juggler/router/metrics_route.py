@@ -12,7 +12,16 @@ from juggler.router.metrics import CONTENT_TYPE, MetricsView, exposition
 router = APIRouter()
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition 0.0.4",
+            "content": {CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}},
+        }
+    },
+)
 async def metrics(request: Request) -> Response:
     state = state_of(request)
     figures = await state.figures.figures()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from juggler.errors import Conflict, SessionNotFound
+from juggler.errors import Conflict, SessionNotFound, TooManyRequests
 
 
 @dataclass(frozen=True)
@@ -22,9 +22,22 @@ class SessionEntry:
     adapter_id: str | None = None
 
 
+#: Open sessions the router keeps at most (the `max_sessions` setting's default).
+MAX_SESSIONS = 4096
+
+
 class SessionTable:
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_SESSIONS) -> None:
         self._entries: dict[str, SessionEntry] = {}
+        self.limit = limit
+
+    def check_room(self) -> None:
+        """Raise 429 when `limit` sessions are open (issue 27: nothing is unbounded)."""
+        if len(self._entries) >= self.limit:
+            raise TooManyRequests(
+                f"{len(self._entries)} sessions are open (max_sessions); end some first",
+                retry_after_s=5,
+            )
 
     def add(self, session_id: str, entry: SessionEntry) -> None:
         if session_id in self._entries:

@@ -41,6 +41,8 @@ async def _lease_for(state: RouterState, session_id: str) -> tuple[SessionEntry,
 async def create_session(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, SessionCreate)
+    state.sessions.prune({s.server_id for s in state.manager.snapshot()})
+    state.sessions.check_room()  # before any backend work
     backend_body: dict[str, Any] = {}
     target = state.adapters.route(body.model, backend_body)
     lease: Lease = await state.proxy.acquire(target.model)

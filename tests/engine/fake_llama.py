@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import array
 import random
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +122,8 @@ class Faults:
     raise_on_decode: int | None = None
     no_partial_rm: bool = False
     fail_restores: bool = False
+    #: While set, every decode waits for it to be cleared (a wedged llama.cpp call).
+    wedge: threading.Event | None = None
 
 
 class FakeContext:
@@ -157,6 +161,8 @@ class FakeContext:
         assert isinstance(batch, FakeBatch)
         self.num_decodes += 1
         n = self.num_decodes
+        while self.faults.wedge is not None and self.faults.wedge.is_set():
+            time.sleep(0.005)
         if self.faults.raise_on_decode == n:
             raise RuntimeError(f"fake decode {n} exploded")
         rows = list(batch.rows)

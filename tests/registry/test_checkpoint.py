@@ -30,6 +30,28 @@ def test_parse_the_three_forms() -> None:
         parse_checkpoint("not a checkpoint at all")
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "./x.gguf",
+        "../x.gguf",
+        "x.gguf",
+        "models/x.gguf",
+        "~nosuchuser/x.gguf",
+        "/m/x\x00.gguf",
+        "/m/\nx.gguf",
+        "/" + "a" * 5000,
+    ],
+)
+def test_relative_tilde_user_and_control_character_paths_are_refused(bad: str) -> None:
+    """Issue 27: "nothing resolves against the working directory ... `~user`, NUL and
+    other malformed paths get 400 without touching the file system" (ValueError here is
+    the 400 naming `checkpoint` at every route)."""
+    with pytest.raises(ValueError):
+        parse_checkpoint(bad)
+    assert parse_checkpoint("~/x.gguf") == LocalRef(Path("~/x.gguf").expanduser())
+
+
 def test_local_file_resolves_and_missing_file_says_so(tmp_path: Path) -> None:
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")

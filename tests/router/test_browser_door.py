@@ -209,6 +209,7 @@ def test_a_page_from_another_origin_can_neither_change_nor_read(
                 browser.close()
     finally:
         httpd.shutdown()
+        httpd.server_close()
     # no-cors answers are opaque (status 0), cors ones fail: nothing was read.
     for name in ("set", "pull", "blob"):
         assert results[name] == "opaque:0", results

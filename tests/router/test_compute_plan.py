@@ -114,7 +114,7 @@ def test_the_plan_reaches_both_running_backends(server: RunningServer) -> None:
     try:
         alone = wait_until(
             lambda: (
-                (g := backend_compute(urls[DEFAULT_MODEL]))["workers"].get("0") == len(CPUS)
+                (g := backend_compute(*urls[DEFAULT_MODEL]))["workers"].get("0") == len(CPUS)
                 and g["cpus"] == list(CPUS)
                 and g
             )

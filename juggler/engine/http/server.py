@@ -125,6 +125,10 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
         if dead is not None:
             body.update(status="dead", error=dead.message)
             return JSONResponse(body, status_code=503)
+        if engine.is_stalled:  # issue 27: a worker holds work and makes no progress
+            stuck = engine.stalled_for()
+            body.update(status="stalled", error=f"a worker made no progress for {stuck:.0f} s")
+            return JSONResponse(body, status_code=503)
         return JSONResponse(body)
 
     @app.post("/internal/downsize")

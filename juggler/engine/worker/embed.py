@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 
 from juggler.engine.llama.native import Model
@@ -137,6 +138,8 @@ class EmbedWorker(OwnerThread):
 
     def _handle(self, cmd: Embed | Rerank) -> None:
         self._current = cmd
+        self.progress_at = time.monotonic()
+        self.holds_work = True
         n_ctx = self.ctx.n_ctx
         self.snapshot = WorkerSnapshot(num_running=1, kv_total=n_ctx)
         try:
@@ -147,6 +150,7 @@ class EmbedWorker(OwnerThread):
             log.exception("embed worker failed")
             self.outbox.reject(cmd.reply, JugglerError(f"internal error: {exc}"))
         self._current = None
+        self.holds_work = False
         self.snapshot = WorkerSnapshot(kv_total=n_ctx)
         n_in = sum(len(t) for t in cmd.inputs)
         stats = RequestStats(input_tokens=n_in, prompt_tokens_prefilled=n_in)
@@ -183,6 +187,7 @@ class EmbedWorker(OwnerThread):
             if self.governor is not None:
                 ctx.set_threads(self.governor.threads_for(self.worker_id))
             rc = ctx.decode(batch)
+            self.progress_at = time.monotonic()
             if rc != 0:
                 raise EngineError(f"llama_decode failed ({rc}) on an embedding batch")
             for seq, idx in enumerate(group):

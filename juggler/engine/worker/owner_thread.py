@@ -20,6 +20,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +69,15 @@ class OwnerThread(abc.ABC):
         #: Guards `_dead` against a command submitted while the thread dies.
         self._lock = threading.Lock()
         self._dead: EngineDead | None = None
+        #: When the thread last finished a step (monotonic): a thread that holds work and
+        #: has not finished one for long is stuck (issue 27: health tells the truth).
+        self.progress_at = time.monotonic()
+        #: Whether it holds work now (requests running or waiting); set by the thread.
+        self.holds_work = False
+
+    def stuck_for(self, now: float) -> float:
+        """Seconds without a finished step while holding work (0 when idle)."""
+        return max(0.0, now - self.progress_at) if self.holds_work else 0.0
 
     # -- any thread ------------------------------------------------------------------
     def start(self) -> None:
@@ -82,6 +92,9 @@ class OwnerThread(abc.ABC):
         with self._lock:
             dead = self._dead
             if dead is None:
+                if not self.holds_work:  # work arrives: its clock starts now
+                    self.progress_at = time.monotonic()
+                    self.holds_work = True
                 self._inbox.put(cmd)
                 return
         reply = reply_of(cmd)

@@ -177,6 +177,9 @@ class Worker(OwnerThread):
         while not self.is_stopping:
             self.step()
             self.outbox.flush()
+            self.progress_at = time.monotonic()
+            snap = self.snapshot
+            self.holds_work = bool(snap.num_running or snap.num_waiting) or self.has_commands()
 
     def close(self) -> None:
         for s in list(self.table.values()):
@@ -187,6 +190,9 @@ class Worker(OwnerThread):
         self.adapters.close()
         self.ctx.close()
         self.kv.spill.close()
+
+    def has_commands(self) -> bool:
+        return not self._inbox.empty()
 
     def fail_all(self, error: EngineDead) -> None:
         self.gens.abort_all(error)
