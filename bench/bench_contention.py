@@ -473,7 +473,6 @@ def run_set(set_name: str, models: list[Model], args: argparse.Namespace) -> Non
         f"\n## {set_name}: {' + '.join(m.key for m in models)}, {args.streams} streams x "
         f"{args.tokens} tokens, {args.rounds} rounds (medians of per-round values)"
     )
-    hand = med(eff.get("llama-split", []))
     print(
         "| system | "
         + " | ".join(f"{m.key} alone -> together" for m in models)
@@ -486,7 +485,9 @@ def run_set(set_name: str, models: list[Model], args: argparse.Namespace) -> Non
             pairs = rates[name][m.key]
             cells.append(f"{med([a for a, _ in pairs]):.0f} -> {med([t for _, t in pairs]):.0f}")
         e = med(eff[name])
-        vs = f"{e / hand:.2f}x" if hand == hand else "n/a"
+        hands = eff.get("llama-split", [])
+        per_round = [x / h for x, h in zip(eff[name], hands, strict=False) if h]
+        vs = f"{med(per_round):.2f}x" if per_round else "n/a"  # median of per-round ratios
         print(
             f"| {name} | "
             + " | ".join(cells)

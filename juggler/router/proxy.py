@@ -20,6 +20,7 @@ from fastapi.responses import StreamingResponse
 from juggler.errors import BackendDead, Overloaded, TooManyRequests
 from juggler.manager.lease import Lease
 from juggler.manager.manager import Manager
+from juggler.router.admission import prompt_refusal
 from juggler.router.drain import Drain
 from juggler.router.relay import Relay
 
@@ -116,6 +117,10 @@ class Proxy:
         response was produced, and generating has no side effects."""
         for attempt in (1, 2):
             lease = await self.acquire(model)
+            refusal = prompt_refusal(path, body, self._ctx_size(lease.server_id))
+            if refusal is not None:  # before the backend renders or tokenizes anything
+                lease.release()
+                raise refusal
             try:
                 return lease, await self._send(lease, method, path, body)
             except asyncio.CancelledError:
@@ -129,6 +134,13 @@ class Proxy:
                     continue
                 raise BackendDead(f"backend for {model!r} failed: {exc!r}") from exc
         raise AssertionError("unreachable")
+
+    def _ctx_size(self, server_id: int) -> int:
+        """The context size the backend was loaded with (0: unknown)."""
+        for snap in self.manager.snapshot():
+            if snap.server_id == server_id:
+                return snap.options.ctx_size
+        return 0
 
     async def forward(
         self,
