@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import time
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -39,6 +40,14 @@ _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 #: logit is within this much of the best (e^-8: a 3000 times less likely token), then
 #: twice as far, before the whole vocabulary (see the module doc).
 _MARGINS = (8.0, 16.0)
+
+
+#: Longest a constrained sequence may spend following its grammar for one token.
+GRAMMAR_STEP_BUDGET_S = 1.0
+
+
+class GrammarTooSlow(BadRequest):
+    code = "grammar_too_complex"
 
 
 def parse_grammar(vocab: Any, grammar: str) -> Any:
@@ -187,6 +196,21 @@ class Sampler:
         return bool(np.isfinite(one.view["logit"][0]))
 
     def _constrained(self, logits: Any) -> int:
+        started = time.perf_counter()
+        token = self._constrained_draw(logits)
+        took = time.perf_counter() - started
+        if took > GRAMMAR_STEP_BUDGET_S:
+            # Issue 27: an ambiguous grammar (a pattern like (a|aa|a?){1,1000}) makes each
+            # step slower than the last while it holds this worker's other sequences.
+            raise GrammarTooSlow(
+                f"grammar: following it took {took:.1f} s for one token (the budget is "
+                f"{GRAMMAR_STEP_BUDGET_S:.0f} s): it is too ambiguous; simplify the "
+                "pattern, schema or grammar",
+                param="grammar",
+            )
+        return token
+
+    def _constrained_draw(self, logits: Any) -> int:
         ids = self.ids
         if self._full is None:
             self._full = _Candidates(ids, logits)

@@ -126,7 +126,13 @@ class Generations:
         kept = 0
         for j in range(len(drafts) + 1):
             row = first_row + j
-            token = g.sampler.sample(row)
+            try:
+                token = g.sampler.sample(row)
+            except JugglerError as exc:  # its grammar is too slow to follow (issue 27)
+                if drafts:
+                    self.kv.rollback(s, s.n_past - (len(drafts) - j))
+                self.finish(s, "error", error=exc)
+                return
             in_kv = j < len(drafts) and token == drafts[j]
             self.on_sampled(s, token, functools.partial(row_logits, row), in_kv=in_kv)
             if not in_kv or self.model.is_eog(token):
