@@ -44,10 +44,9 @@ _MARGINS = (8.0, 16.0)
 
 #: Longest a constrained sequence may spend following its grammar for one token. A
 #: usable grammar takes milliseconds even when a draw over the whole vocabulary is
-#: needed; an ambiguous one grows about tenfold a token (measured on SmolLM2 with the
-#: pattern `(a|aa|aaa|a?){1,1000}`), so the step that crosses this budget costs at most
-#: about ten times it.
-GRAMMAR_STEP_BUDGET_S = 0.25
+#: needed (tens of them for a 256k vocabulary on a busy machine); an ambiguous one can
+#: take seconds a token, and it is stopped after the first such step.
+GRAMMAR_STEP_BUDGET_S = 1.0
 
 
 class GrammarTooSlow(BadRequest):
