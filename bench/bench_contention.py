@@ -124,27 +124,24 @@ class System:
             s.stop()
 
 
+def serve(name: str, home: Path, *args: str, env: dict[str, str] | None = None) -> Server:
+    """`juggler serve` on a free port with its own home; returns once it answers."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "juggler", "serve", "--port", str(port), *args]
+    proc, log = start(
+        cmd, name, {"JUGGLER_HOME": str(home), "PYTHONUNBUFFERED": "1", **(env or {})}
+    )
+    s = Server(name, proc, f"http://127.0.0.1:{port}", None, log)
+    wait_ready(s, "/live", lambda r: r.status_code == 200)
+    return s
+
+
 def ensure_gemma() -> None:
     """Assemble the packaged Gemma GGUF once (its parts are joined on first load)."""
     if gemma_path().exists():
         return
     home = Path(tempfile.mkdtemp(prefix="bench-gemma-"))
-    port = free_port()
-    proc, log = start(
-        [
-            sys.executable,
-            "-m",
-            "juggler",
-            "serve",
-            "--port",
-            str(port),
-            "--model",
-            "Gemma-3-270M-GGUF",
-        ],
-        "gemma",
-        {"JUGGLER_HOME": str(home)},
-    )
-    s = Server("gemma", proc, f"http://127.0.0.1:{port}", None, log)
+    s = serve("gemma", home, "--model", "Gemma-3-270M-GGUF")
     try:
         wait_ready(
             s, "/api/v1/health", lambda r: r.json().get("model_loaded") == "Gemma-3-270M-GGUF"
@@ -159,36 +156,15 @@ def ensure_gemma() -> None:
 
 def start_juggler(models: list[Model], plan: bool, ctx: int) -> System:
     home = Path(tempfile.mkdtemp(prefix="bench-contention-"))
-    port = free_port()
     n_llm = sum(1 for m in models if m.kind == "llm")
-    env = {"JUGGLER_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    env["JUGGLER_COMPUTE_PLAN"] = "true" if plan else "false"
-    proc, log = start(
-        [
-            sys.executable,
-            "-m",
-            "juggler",
-            "serve",
-            "--port",
-            str(port),
-            "--model",
-            "",
-            "--max-loaded-models",
-            str(n_llm),
-            "1",
-            "--ctx-size",
-            str(ctx),
-            "--admin-api-key",
-            ADMIN,
-            "--log-level",
-            "warning",
-        ],
+    s = serve(
         "juggler-plan" if plan else "juggler-off",
-        env,
+        home,
+        *("--model", "", "--max-loaded-models", str(n_llm), "1", "--ctx-size", str(ctx)),
+        *("--admin-api-key", ADMIN, "--log-level", "warning"),
+        env={"JUGGLER_COMPUTE_PLAN": "true" if plan else "false"},
     )
-    url = f"http://127.0.0.1:{port}"
-    s = Server("juggler", proc, url, None, log)
-    wait_ready(s, "/live", lambda r: r.status_code == 200)
+    url = s.url
     admin = {"Authorization": f"Bearer {ADMIN}"}
     with httpx.Client(base_url=url, headers=admin, timeout=300) as c:
         for m in models:

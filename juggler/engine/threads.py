@@ -47,7 +47,8 @@ class ThreadGovernor:
         self._pin = pin
         self._lock = threading.Lock()
         self._active: dict[int, float] = {}
-        self._own = Share(len(allowed_cpus()), allowed_cpus(), fixed=True)
+        own = allowed_cpus()
+        self._own = Share(len(own), own, fixed=True)
         self._pinned: tuple[int, ...] | None = None
         #: Each worker's thread count at its last decode (reported on /health).
         self.applied: dict[int, int] = {}

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from juggler.errors import Forbidden, JugglerError, UnsupportedMediaType
 from juggler.router.middleware import request_id_of, send_error
+from juggler.router.security import is_browser
 
 #: Paths whose bodies are file uploads (any content type).
 UPLOAD_PREFIXES = ("/api/blobs/",)
@@ -173,11 +174,6 @@ class BrowserGuard:
                 path, _text(headers.get(b"content-type")), is_browser=is_browser(headers)
             )
         return None
-
-
-def is_browser(headers: dict[bytes, bytes]) -> bool:
-    """Whether the request bears a browser's marks (Origin, or Fetch Metadata)."""
-    return any(k in headers for k in (b"origin", b"sec-fetch-site", b"sec-fetch-mode"))
 
 
 def has_body(headers: dict[bytes, bytes]) -> bool:

@@ -18,6 +18,7 @@ from juggler.router.security import (
     admin_only,
     admin_refusal,
     bearer,
+    is_browser,
     is_loopback,
     key_matches,
 )
@@ -114,7 +115,7 @@ class AuthMiddleware:
         state["is_local_owner"] = is_admin or (
             not self.admin_api_key
             and is_loopback(client[0] if client else None)
-            and not any(k in (b"origin", b"sec-fetch-site") for k, _ in scope.get("headers", []))
+            and not is_browser(k for k, _ in scope.get("headers", []))
         )
         rid = request_id_of(scope)
         what = admin_only(scope["path"])

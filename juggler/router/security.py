@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Iterable
 from pathlib import Path
 
 from juggler.config import Settings
@@ -43,6 +44,15 @@ def key_matches(token: str | None, key: str | None) -> bool:
     if token is None or not key:
         return False
     return hmac.compare_digest(token.encode(), key.encode())
+
+
+#: Headers only a browser sends: Origin, and Fetch Metadata.
+BROWSER_HEADERS = frozenset({b"origin", b"sec-fetch-site", b"sec-fetch-mode"})
+
+
+def is_browser(header_names: Iterable[bytes]) -> bool:
+    """Whether a request bears a browser's marks (lower-case header names)."""
+    return any(name in BROWSER_HEADERS for name in header_names)
 
 
 def is_loopback(host: str | None) -> bool:

@@ -10,6 +10,7 @@ import pytest
 
 from juggler.compute.board import ENV, BoardReader
 from juggler.compute.plan import Share
+from juggler.manager import Manager
 from juggler.manager.compute import ComputePlanner, is_busy
 from juggler.manager.snapshot import ServerState
 from juggler.options import ModelOptions
@@ -100,6 +101,20 @@ def llamacpp(name: str, path: Path) -> ModelInfo:
     return ModelInfo(name=name, checkpoint=str(path), recipe="llamacpp")
 
 
+async def planned_manager(reg: FakeRegistry, fake: FakeSpawner, cpus: tuple[int, ...]) -> Manager:
+    """A started Manager over `fake` whose compute plan divides `cpus`, with no linger."""
+    manager = Manager(
+        settings(max_loaded_models=2, threads=0),
+        reg,
+        resolve=lambda i: Path(i.checkpoint),
+        spawner=fake,
+        compute_cpus=cpus,
+        compute_linger_s=0.0,
+    )
+    await manager.start()
+    return manager
+
+
 def test_leases_divide_the_cores_through_the_owner(tmp_path: Path) -> None:
     """Issue 21: "One owner of the machine's compute. The manager already knows which
     backends have work in flight. Give it a compute plan". A share is on the backend's
@@ -108,18 +123,7 @@ def test_leases_divide_the_cores_through_the_owner(tmp_path: Path) -> None:
     reg = FakeRegistry(llamacpp("a", tmp_path / "a.gguf"), llamacpp("b", tmp_path / "b.gguf"))
 
     async def scenario() -> None:
-        from juggler.manager import Manager
-
-        s = settings(max_loaded_models=2, threads=0)
-        manager = Manager(
-            s,
-            reg,
-            resolve=lambda i: Path(i.checkpoint),
-            spawner=fake,
-            compute_cpus=(0, 1),
-            compute_linger_s=0.0,
-        )
-        await manager.start()
+        manager = await planned_manager(reg, fake, (0, 1))
         try:
             await manager.load("a")
             await manager.load("b")
@@ -167,18 +171,7 @@ def test_a_weight_given_at_load_divides_the_cores_unequally(tmp_path: Path) -> N
     reg = FakeRegistry(llamacpp("a", tmp_path / "a.gguf"), llamacpp("b", tmp_path / "b.gguf"))
 
     async def scenario() -> None:
-        from juggler.manager import Manager
-
-        s = settings(max_loaded_models=2, threads=0)
-        manager = Manager(
-            s,
-            reg,
-            resolve=lambda i: Path(i.checkpoint),
-            spawner=fake,
-            compute_cpus=tuple(range(8)),
-            compute_linger_s=0.0,
-        )
-        await manager.start()
+        manager = await planned_manager(reg, fake, tuple(range(8)))
         try:
             await manager.load("a", {"compute_weight": 3.0})
             await manager.load("b")
