@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from juggler.engine.structured.ambiguity import MAX_NULLABLE_REPEAT
 from juggler.engine.structured.grammar import (
     MAX_REPEAT,
     guard,
@@ -70,7 +71,7 @@ def test_schemas_that_cannot_be_used_are_a_400_naming_the_field(schema: Any) -> 
 def test_a_deeply_nested_schema_is_refused_not_a_crash() -> None:
     deep: dict[str, Any] = {}
     node = deep
-    for _ in range(5000):
+    for _ in range(4000):
         node["items"] = {}
         node = node["items"]
     with pytest.raises(BadRequest, match="json_schema"):
@@ -95,3 +96,59 @@ def test_parentheses_inside_literals_classes_and_comments_do_not_count() -> None
     comment = "# " + "(" * 3000 + '\nroot ::= "x"'
     for grammar in (literal, klass, comment):
         assert guard(grammar, param="grammar") == grammar
+
+
+EXPLOSIVE_PATTERNS = [
+    "^(a|aa|aaa|a?){1,1000}(b|c)*$",  # issue 27's pattern
+    "(a{0,5}){1,50}",
+    "(?:x?y*){10,}",
+    "^((a)|(b?)){9}$",
+]
+CHEAP_PATTERNS = [
+    "^(a|aa|aaa){1,1000}$",  # ambiguous, but each copy takes a character
+    "^(a?)*$",  # unbounded: one recursive rule
+    "^(a?){1,8}$",
+    "^[a-z]{1,1000}$",
+    r"^\d{3}-\d{4}$",
+    "^(a?b){1,100}$",
+    r"^[\w.+-]+@[\w-]+\.[\w.]+$",
+]
+
+
+@pytest.mark.parametrize("pattern", EXPLOSIVE_PATTERNS)
+def test_a_pattern_that_repeats_an_empty_match_many_times_is_refused(pattern: str) -> None:
+    """Issue 27: "patterns and grammars compiled under a budget (repetition and size
+    limits, a time limit; a 400 that names the limit)". Measured on SmolLM2's vocabulary:
+    `(a?){1,200}` takes 71 s for one token in a single llama.cpp call."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}
+    with pytest.raises(BadRequest, match="can match the empty string") as got:
+        schema_grammar(schema, param="response_format")
+    assert got.value.code == "grammar_too_complex"
+    assert got.value.param == "response_format"
+    assert str(MAX_NULLABLE_REPEAT) in str(got.value)
+
+
+@pytest.mark.parametrize("pattern", CHEAP_PATTERNS)
+def test_patterns_that_stay_cheap_are_accepted(pattern: str) -> None:
+    schema = {"type": "string", "pattern": pattern}
+    assert "root ::=" in schema_grammar(schema, param="response_format")
+
+
+def test_a_client_grammar_repeating_an_empty_rule_is_refused_through_its_rules() -> None:
+    with pytest.raises(BadRequest, match="empty string") as got:
+        guard('root ::= x{1,100}\nx ::= y | "b"\ny ::= "a"?', param="grammar")
+    assert got.value.code == "grammar_too_complex"
+    with pytest.raises(BadRequest, match="empty string"):
+        guard('root ::= (""){1,20}', param="grammar")
+    assert guard('root ::= ("a" "b"?){1,100}', param="grammar")
+    assert guard('root ::= ("a"?)*', param="grammar")
+
+
+def test_the_ambiguity_check_survives_hostile_nesting_and_long_rule_chains() -> None:
+    chain = "root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(4000))
+    assert guard(chain + 'r4000 ::= "a"\n', param="grammar")
+    with pytest.raises(BadRequest, match="empty string"):
+        guard(chain.replace("root ::= r0", "root ::= r0{2,40}") + 'r4000 ::= ""\n', param="g")
+    deep = "root ::= " + "(" * 1500 + '"a"?' + ")" * 1500 + "{1,20}"
+    with pytest.raises(BadRequest, match="empty string"):
+        guard(deep, param="grammar")

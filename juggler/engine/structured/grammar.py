@@ -21,6 +21,7 @@ from typing import Any
 
 from llama_cpp import llama_grammar
 
+from juggler.engine.structured.ambiguity import check_gbnf, check_pattern
 from juggler.errors import BadRequest
 
 #: Longest GBNF text a client may send (`grammar`).
@@ -71,8 +72,12 @@ def _check_counts(text: str, param: str) -> None:
                 )
 
 
-def guard(grammar: str, *, param: str, max_chars: int = MAX_GRAMMAR_CHARS) -> str:
-    """`grammar` if llama.cpp can safely be asked to parse it, else BadRequest."""
+def guard(
+    grammar: str, *, param: str, max_chars: int = MAX_GRAMMAR_CHARS, client: bool = True
+) -> str:
+    """`grammar` if llama.cpp can safely be asked to parse it, else BadRequest. A
+    client's own text is also checked for the ambiguous repetitions of `ambiguity` (a
+    grammar built here from a schema had its patterns checked instead)."""
     if not grammar.strip():
         raise BadRequest(f"{param}: the grammar is empty", param=param)
     if len(grammar) > max_chars:
@@ -80,6 +85,8 @@ def guard(grammar: str, *, param: str, max_chars: int = MAX_GRAMMAR_CHARS) -> st
     if _nesting(grammar) > MAX_NESTING:
         raise BadRequest(f"{param}: nested more than {MAX_NESTING} levels deep", param=param)
     _check_counts(grammar, param)
+    if client:
+        check_gbnf(grammar, param=param)
     return grammar
 
 
@@ -108,6 +115,7 @@ def _check_schema(schema: Any, param: str) -> None:
             raise BadRequest(f"{param}: {key} {value} is more than {MAX_REPEAT}", param=param)
         if key == "pattern" and isinstance(value, str):
             _check_counts(value, param)
+            check_pattern(value, param=param)
 
 
 def converter() -> SchemaConverter:
@@ -132,7 +140,7 @@ def visit_schema(conv: SchemaConverter, schema: Any, name: str, *, param: str) -
 def finish(conv: SchemaConverter, *, param: str, extra: str = "") -> str:
     """The converter's rules (plus `extra` rules) as one guarded grammar."""
     grammar = conv.format_grammar() + (f"\n{extra}" if extra else "")
-    return guard(grammar, param=param, max_chars=MAX_BUILT_GRAMMAR_CHARS)
+    return guard(grammar, param=param, max_chars=MAX_BUILT_GRAMMAR_CHARS, client=False)
 
 
 def schema_grammar(schema: Any, *, param: str) -> str:

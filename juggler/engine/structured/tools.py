@@ -242,7 +242,7 @@ def tool_grammar(plan: ToolPlan) -> str:
     text_start = "[^{ \\t\\r\\n]" if plan.syntax is ToolSyntax.GENERIC else "[^< \\t\\r\\n]"
     text = f"text ::= {text_start} {_DOTALL}*"
     if not plan.is_offered:
-        return guard(f"root ::= text\n{text}", param="tools")
+        return guard(f"root ::= text\n{text}", param="tools", client=False)
     conv = converter()
     alternatives = []
     for i, f in enumerate(plan.functions):
