@@ -7,7 +7,6 @@ Manager's read methods read only that (never the owner's live table).
 from __future__ import annotations
 
 import enum
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +110,7 @@ class ServerSnapshot:
             "recipe": self.recipe,
             "recipe_options": self.options.recipe_options(),
             "backend_url": self.backend_url,
-            "launch_command": shlex.join(self.launch_command),
+            "launch_command": list(self.launch_command),
             "pid": self.pid,
             "pinned": self.pinned,
             "status": health_status(self.status, self.memory_state, self.in_flight),

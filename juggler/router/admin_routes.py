@@ -52,6 +52,9 @@ async def health(request: Request) -> dict[str, Any]:
         "max_models": manager.max_models(),
         "watchdog": manager.restarts(),
         "memory": memory.to_health() if (memory := manager.memory_status()) else None,
+        # Lemonade: "`enabled` - Boolean indicating if telemetry collection is active".
+        # Juggler collects no telemetry (nothing is sent anywhere).
+        "telemetry": {"enabled": False},
     }
 
 
