@@ -165,17 +165,18 @@ class Manager:
         return self._log_dir
 
     # -- requests ------------------------------------------------------------------------
-    async def acquire(self, model_name: str) -> Lease:
+    async def acquire(self, model_name: str, overrides: Mapping[str, Any] | None = None) -> Lease:
         """A lease on a ready backend for one inference request. Blocks while the model is
         auto-loaded (queued behind other loads, waiting for busy victims with no timeout)
-        or while it is being evicted (then it is loaded again). The request is counted in
-        flight from the moment the lease exists: release it when the response ends.
-        Raises ModelNotFound, CheckpointMissing/RecipeNotInstalled (nothing evicted),
-        LoadFailed, SlotsPinned."""
+        or while it is being evicted (then it is loaded again). An auto-load takes
+        `overrides` over the model's saved options (a loaded model keeps its own). The
+        request is counted in flight from the moment the lease exists: release it when
+        the response ends. Raises ModelNotFound, CheckpointMissing/RecipeNotInstalled
+        (nothing evicted), LoadFailed, SlotsPinned, BadRequest (a bad override)."""
         lease: Lease | None = await self._ask(lambda f: m.Acquire(model_name, None, f))
         if lease is None:
-            saved = dict(self._saved(model_name))
-            plan = await self._prepare(model_name, self.settings.model_options(saved or None))
+            merged = {**self._saved(model_name), **(overrides or {})}
+            plan = await self._prepare(model_name, self.settings.model_options(merged or None))
             lease = await self._ask(lambda f: m.Acquire(model_name, plan, f))
         assert lease is not None
         return lease

@@ -78,7 +78,12 @@ async def parse_for_model(request: Request, model: type[M]) -> tuple[str, dict[s
     """Validate an inference body that must name its model; returns the model name and
     the raw dict to forward."""
     body, data = await parse(request, model)
+    return model_of(body), data
+
+
+def model_of(body: BaseModel) -> str:
+    """The model an inference body names (a 400 when it names none)."""
     name = getattr(body, "model", None)
     if not name:
         raise BadRequest("model is required", param="model")
-    return str(name), data
+    return str(name)

@@ -20,7 +20,8 @@ from juggler.api.openai import (
 )
 from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
-from juggler.router.bodies import parse_for_model
+from juggler.router import load_options
+from juggler.router.bodies import model_of, parse_for_model, read_json, validate
 from juggler.router.catalog_view import STARTED, model_entry
 from juggler.router.deps import state_of
 from juggler.router.openapi import body_of
@@ -77,12 +78,21 @@ async def _generate(
     """Forward a generation to its model's backend; a LoRA adapter named as the model runs
     on its base model with that adapter."""
     state = state_of(request)
-    model, raw = await parse_for_model(request, body)
+    # Lemonade's load options may ride along: only its allowlist reaches an auto-load.
+    raw, auto_load = load_options.split(await read_json(request))
+    model = model_of(validate(body, raw))
+    if auto_load:
+        state.settings.model_options(auto_load)  # a bad ctx_size: 400 before any load
     target = state.adapters.route(model, raw)
     end = state.adapters.hold(target)
     try:
         return await state.proxy.forward(
-            target.model, path, raw, client_request=request, on_release=end
+            target.model,
+            path,
+            raw,
+            client_request=request,
+            on_release=end,
+            load_options=auto_load,
         )
     except BaseException:
         end()

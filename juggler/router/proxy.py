@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import httpx
@@ -71,9 +71,9 @@ class Proxy:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def acquire(self, model: str) -> Lease:
-        """A lease on a ready backend of `model` (auto-loading it), waiting at most
-        `queue_timeout_s`. With `max_waiting` requests already waiting for models, a new
+    async def acquire(self, model: str, load_options: Mapping[str, Any] | None = None) -> Lease:
+        """A lease on a ready backend of `model` (auto-loading it, with `load_options` over
+        its saved options when it is not loaded), waiting at most `queue_timeout_s`. With `max_waiting` requests already waiting for models, a new
         one is refused at once with 429: no request waits without bound."""
         if self.num_waiting >= self.max_waiting:
             raise TooManyRequests(
@@ -82,7 +82,9 @@ class Proxy:
             )
         self.num_waiting += 1
         try:
-            return await asyncio.wait_for(self.manager.acquire(model), self.queue_timeout_s)
+            return await asyncio.wait_for(
+                self.manager.acquire(model, load_options), self.queue_timeout_s
+            )
         except TimeoutError:
             raise TooManyRequests(
                 f"model {model!r} was not ready within {self.queue_timeout_s:.0f} s; retry later",
@@ -107,7 +109,12 @@ class Proxy:
         return response
 
     async def _open(
-        self, model: str, method: str, path: str, body: Any
+        self,
+        model: str,
+        method: str,
+        path: str,
+        body: Any,
+        load_options: Mapping[str, Any] | None = None,
     ) -> tuple[Lease, httpx.Response]:
         """Acquire the model and open the backend response (headers read, body not).
 
@@ -116,7 +123,7 @@ class Proxy:
         its process is gone, and the request is tried once more on a fresh backend: no
         response was produced, and generating has no side effects."""
         for attempt in (1, 2):
-            lease = await self.acquire(model)
+            lease = await self.acquire(model, load_options)
             refusal = prompt_refusal(path, body, self._ctx_size(lease.server_id))
             if refusal is not None:  # before the backend renders or tokenizes anything
                 lease.release()
@@ -153,6 +160,7 @@ class Proxy:
         client_request: Request | None = None,
         extra_headers: dict[str, str] | None = None,
         on_release: Callable[[], None] | None = None,
+        load_options: Mapping[str, Any] | None = None,
     ) -> Response:
         """Send `body` to the backend of `model` at `path`; stream if the backend streams.
 
@@ -161,11 +169,12 @@ class Proxy:
         the backend with the body (lease path only). With `client_request`
         given, a client that disconnects before a non-streaming answer is ready gets the
         backend request closed, which cancels the generation there. `on_release` runs
-        when the request is over, however it ends (not if no backend was reached)."""
+        when the request is over, however it ends (not if no backend was reached).
+        `load_options`: the options an auto-load of `model` takes (lease path excluded)."""
         held: Lease
         if lease is None:
             held, response = await self._unless_gone(
-                self._open(model, method, path, body), client_request
+                self._open(model, method, path, body, load_options), client_request
             )
             if on_release is not None:
                 held.on_release(on_release)

@@ -51,3 +51,44 @@ def test_health_telemetry_and_launch_command_as_a_list(server: RunningServer) ->
     # The backend runs the resolved file: the checkpoint's file name is in its arguments.
     file_name = entry["checkpoint"].split(":")[-1].rsplit("/", 1)[-1]
     assert any(file_name in part for part in command), command
+
+
+def test_load_options_on_a_chat_body_reach_the_auto_load_only_through_the_allowlist(
+    server: RunningServer,
+) -> None:
+    """Issue 24: "a chat/completions body may carry Lemonade's load options (`pinned`,
+    `ctx_size`, ...): only the allowlisted ones reach the auto-load, the request is
+    served" (Lemonade's server keeps "an explicit allowlist so request-scoped fields do
+    not leak into recipe options": `ctx_size`)."""
+    with server.client() as c:
+        c.post("/api/v1/unload", json={})
+        body = {
+            "model": DEFAULT_MODEL,
+            "messages": HELLO,
+            "max_tokens": 5,
+            "temperature": 0.99,
+            "seed": 42,
+            "pinned": True,
+            "llamacpp_args": "--foo-bar",
+            "auto_evict": True,
+            "evict_idle_timeout": 1,
+            "ctx_size": 768,
+            "max_completion_tokens": 5,
+        }
+        r = c.post("/api/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        entry = loaded(server, DEFAULT_MODEL)
+        assert entry is not None
+        options = entry["recipe_options"]
+        assert options["ctx_size"] == 768
+        assert entry["pinned"] is False and options["auto_evict"] is False
+        assert options["evict_idle_timeout"] != 1 and "--foo-bar" not in options["llamacpp_args"]
+        # A loaded model keeps its options: the next body's ctx_size changes nothing.
+        again = c.post("/api/v1/chat/completions", json={**body, "ctx_size": 512})
+        after = loaded(server, DEFAULT_MODEL)
+        assert again.status_code == 200 and after is not None
+        assert (after["pid"], after["recipe_options"]) == (entry["pid"], options)
+        bad = c.post(
+            "/api/v1/completions", json={"model": DEFAULT_MODEL, "prompt": "a", "ctx_size": 1}
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "ctx_size"
