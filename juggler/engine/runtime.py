@@ -237,7 +237,11 @@ class Engine:
                 adapter,
             )
         )
-        await reply
+        try:
+            await reply
+        except asyncio.CancelledError:  # the caller left while it waited for a sequence
+            sink.cancel()  # the worker drops it from its queue at its next tick
+            raise
         return sink
 
     # -- sessions ----------------------------------------------------------------------
@@ -281,7 +285,11 @@ class Engine:
         sink = self.new_sink()
         reply: Reply = self._future()
         self._send(Generate(session_id, reply, params, sink, time.perf_counter()))
-        await reply
+        try:
+            await reply
+        except asyncio.CancelledError:  # the caller left while it waited for a sequence
+            sink.cancel()
+            raise
         return sink
 
     async def cancel(self, session_id: str) -> dict[str, Any]:

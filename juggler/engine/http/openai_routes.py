@@ -2,8 +2,12 @@
 prompt, the sampling of each choice (grammar, logprobs, seeds), the generations, and
 the answer (all at once, or streamed as chunks).
 
-Runs on the event loop. Each of the `n` choices is its own stateless generation, side by
-side in the batch (a request's choices share its prompt, and so its cached prefix).
+Runs on the event loop, except the preparation of a request (tool plan, chat template,
+tokenizing, grammar building and parsing: milliseconds usually, much longer for a
+hostile body), which runs in a worker thread so that it never holds up the streams of
+other requests (issue 27). A client that left while its request was prepared gets no
+generation. Each of the `n` choices is its own stateless generation, side by side in
+the batch (a request's choices share its prompt, and so its cached prefix).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import jinja2
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from juggler.api import openai as api
 from juggler.api import sse
@@ -26,7 +31,13 @@ from juggler.engine.http.requests import (
     format_grammar,
     sampling_params,
 )
-from juggler.engine.http.streaming import collect, merged, sse_response
+from juggler.engine.http.streaming import (
+    collect,
+    ensure_connected,
+    merged,
+    sse_response,
+    unless_gone,
+)
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.messages import AdapterRef
@@ -49,15 +60,16 @@ async def start_choices(
     *,
     stream: bool,
     adapter: AdapterRef | None = None,
+    request: Request | None = None,
 ) -> list[StreamSink]:
-    """One generation per choice (with the request's LoRA adapter, if any); if one
-    cannot start, those started are cancelled."""
-    if params[0].grammar is not None:
-        engine.model.check_grammar(params[0].grammar)
+    """One generation per choice (with the request's LoRA adapter, if any), each once a
+    worker accepts it; if one cannot start, or the client leaves while they wait, those
+    started are cancelled."""
     sinks: list[StreamSink] = []
     try:
         for p in params:
-            sinks.append(await engine.complete(prompt, p, t0, incremental=stream, adapter=adapter))
+            started = engine.complete(prompt, p, t0, incremental=stream, adapter=adapter)
+            sinks.append(await unless_gone(request, started))
     except BaseException:
         for sink in sinks:
             sink.cancel()
@@ -92,13 +104,36 @@ def chat_sampling(engine: Engine, body: api.ChatRequest, plan: ToolPlan | None) 
     return dataclasses.replace(params, grammar=grammar, top_logprobs=top)
 
 
-async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: Request) -> Any:
-    t0 = time.perf_counter()
-    engine.require_llm()
+def checked(engine: Engine, params: SamplingParams) -> SamplingParams:
+    """`params` once llama.cpp has parsed its grammar, if it has one."""
+    if params.grammar is not None:
+        engine.model.check_grammar(params.grammar)
+    return params
+
+
+def prepare_chat(
+    engine: Engine, caps: ToolCaps, body: api.ChatRequest
+) -> tuple[ToolPlan | None, list[int], SamplingParams]:
+    """The tool plan, the prompt's tokens and the sampling of a chat (off the loop)."""
     plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
     messages, template_tools = chat_messages(body.messages, plan, caps)
     prompt = render(engine, messages, template_tools)
-    params = chat_sampling(engine, body, plan)
+    return plan, prompt, checked(engine, chat_sampling(engine, body, plan))
+
+
+def prepare_completion(
+    engine: Engine, body: api.CompletionRequest
+) -> tuple[list[int], SamplingParams]:
+    prompt = engine.tokenize_prompt(body.prompt_text())
+    params = sampling_params(body, engine.config.flags.ctx_size, n_vocab=engine.model.n_vocab)
+    return prompt, checked(engine, dataclasses.replace(params, top_logprobs=body.logprobs))
+
+
+async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: Request) -> Any:
+    t0 = time.perf_counter()
+    engine.require_llm()
+    plan, prompt, params = await run_in_threadpool(prepare_chat, engine, caps, body)
+    await ensure_connected(request)
     n = body.num_choices
     sinks = await start_choices(
         engine,
@@ -107,6 +142,7 @@ async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: R
         t0,
         stream=body.stream,
         adapter=adapter_ref(body.juggler_adapter),
+        request=request,
     )
     name, piece = engine.config.model_name, engine.model.piece
     rid = shape.new_id("chatcmpl")
@@ -160,9 +196,8 @@ async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: R
 async def completions(engine: Engine, body: api.CompletionRequest, request: Request) -> Any:
     t0 = time.perf_counter()
     engine.require_llm()
-    prompt = engine.tokenize_prompt(body.prompt_text())
-    params = sampling_params(body, engine.config.flags.ctx_size, n_vocab=engine.model.n_vocab)
-    params = dataclasses.replace(params, top_logprobs=body.logprobs)
+    prompt, params = await run_in_threadpool(prepare_completion, engine, body)
+    await ensure_connected(request)
     n = body.num_choices
     sinks = await start_choices(
         engine,
@@ -171,6 +206,7 @@ async def completions(engine: Engine, body: api.CompletionRequest, request: Requ
         t0,
         stream=body.stream,
         adapter=adapter_ref(body.juggler_adapter),
+        request=request,
     )
     name, piece = engine.config.model_name, engine.model.piece
     rid = shape.new_id("cmpl")

@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from juggler.api import openai as api
@@ -34,7 +35,7 @@ from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.http.requests import adapter_ref, sampling_params, template_messages
 from juggler.engine.http.response_store import ResponseStore
-from juggler.engine.http.streaming import stream
+from juggler.engine.http.streaming import stream, unless_gone
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
 from juggler.engine.structured.tools import ToolCaps, template_caps
@@ -206,12 +207,13 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
         return await engine.append_input(session_id, text=body.text, messages=msgs)
 
     @app.post("/v1/sessions/{session_id}/generate")
-    async def session_generate(session_id: str, body: api.SessionGenerate) -> StreamingResponse:
+    async def session_generate(
+        session_id: str, body: api.SessionGenerate, request: Request
+    ) -> StreamingResponse:
         ctx_size, n_vocab = engine.config.flags.ctx_size, engine.model.n_vocab
         params = sampling_params(body, ctx_size, body.max_new_tokens, n_vocab=n_vocab)
-        if params.grammar is not None:
-            engine.model.check_grammar(params.grammar)
-        sink = await engine.generate(session_id, params)
+        params = await run_in_threadpool(openai_routes.checked, engine, params)
+        sink = await unless_gone(request, engine.generate(session_id, params))
 
         def on_token(text: str, ids: tuple[int, ...]) -> Any:
             return {"text": text, "token_ids": list(ids)}
@@ -234,7 +236,10 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     # -- tokens (llama.cpp server's /tokenize and /detokenize) -----------------------
     @app.post("/tokenize")
     async def tokenize(body: api.TokenizeRequest) -> dict[str, Any]:
-        return {"tokens": engine.model.tokenize(body.content, add_special=body.add_special)}
+        tokens = await run_in_threadpool(
+            engine.model.tokenize, body.content, add_special=body.add_special
+        )
+        return {"tokens": tokens}
 
     @app.post("/detokenize")
     async def detokenize(body: api.DetokenizeRequest) -> dict[str, Any]:

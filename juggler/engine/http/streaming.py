@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -21,6 +21,50 @@ from fastapi.responses import StreamingResponse
 from juggler.api import sse
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
 from juggler.errors import JugglerError
+
+T = TypeVar("T")
+
+
+class ClientGone(JugglerError):
+    """The client closed its connection before its work began (nginx's 499)."""
+
+    status = 499
+    code = "client_closed_request"
+
+
+async def ensure_connected(request: Request) -> None:
+    """ClientGone if the client already left: checked after the preparation of a request
+    (in a thread, maybe long) so that a gone client's work never starts."""
+    if await request.is_disconnected():
+        raise ClientGone("the client closed the connection before generation began")
+
+
+async def unless_gone(request: Request | None, work: Awaitable[T]) -> T:
+    """The result of `work`; if the client leaves first, `work` is cancelled and
+    ClientGone raised (a request waiting in a worker's queue for a sequence must leave
+    it when nobody waits for its answer any more)."""
+    if request is None:
+        return await work
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.create_task(gone())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    if task.cancelled():
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ClientGone("the client closed the connection while its request waited")
+    return task.result()
 
 
 def cancel_all(sinks: Sequence[StreamSink]) -> None:
