@@ -38,7 +38,9 @@ from pathlib import Path
 from juggler.config import Settings
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotInstalled
+from juggler.manager.fit import check_fit, host_memory_bytes
 from juggler.options import EngineFlags, ModelOptions
+from juggler.registry.gguf_meta import GgufError, read_info
 from juggler.types import Device, ModelInfo, ModelType
 
 #: Turns a model's checkpoint into a file on disk; raises CheckpointMissing.
@@ -187,9 +189,9 @@ def _command_npu_backend(info: ModelInfo, device: Device) -> NpuBackend | None:
         return NpuBackend.EXCLUSIVE
 
 
-def _llamacpp_argv(info: ModelInfo, options: ModelOptions, settings: Settings) -> list[str]:
-    """`python -m juggler.engine`: the identity flags, then the engine flags. A client's
-    `llamacpp_args` override the settings' workers, parallel and threads."""
+def _engine_flags(options: ModelOptions, settings: Settings) -> EngineFlags:
+    """The backend's engine flags. A client's `llamacpp_args` override the settings'
+    workers, parallel and threads."""
     shape: dict[str, object] = {
         "ctx_size": options.ctx_size,
         "workers": settings.workers,
@@ -198,7 +200,12 @@ def _llamacpp_argv(info: ModelInfo, options: ModelOptions, settings: Settings) -
         "n_gpu_layers": 0 if options.llamacpp_backend == "cpu" else 999,
     }
     shape.update(parse_llamacpp_args(options.llamacpp_args))
-    flags = EngineFlags.model_validate(shape).to_argv()
+    return EngineFlags.model_validate(shape)
+
+
+def _llamacpp_argv(info: ModelInfo, engine_flags: EngineFlags) -> list[str]:
+    """`python -m juggler.engine`: the identity flags, then the engine flags."""
+    flags = engine_flags.to_argv()
     if "--threads" in flags and flags[flags.index("--threads") + 1] == "0":
         # 0 means "every core", which is the engine's own default: leave it to the engine.
         i = flags.index("--threads")
@@ -243,14 +250,40 @@ def _command_template(info: ModelInfo) -> tuple[str, ...]:
     return template
 
 
+def _check_fit(
+    path: Path, info: ModelInfo, flags: EngineFlags, device: Device, memory_bytes: int | None
+) -> None:
+    """`fit.check_fit` from the file's header (a file that is not GGUF is left to the
+    engine to refuse); host memory counts for a CPU load only."""
+    try:
+        header = read_info(path)
+    except (GgufError, OSError):
+        return
+    check_fit(
+        header,
+        ctx_size=flags.ctx_size,
+        workers=flags.workers,
+        is_llm=info.type is ModelType.LLM,
+        memory_bytes=memory_bytes if device is Device.CPU else None,
+    )
+
+
 def plan_launch(
-    info: ModelInfo, options: ModelOptions, settings: Settings, resolve: Resolver
+    info: ModelInfo,
+    options: ModelOptions,
+    settings: Settings,
+    resolve: Resolver,
+    *,
+    memory_bytes: int | None = None,
 ) -> LaunchPlan:
-    """Check the recipe is installed and the checkpoint is on disk, and build the plan.
+    """Check the recipe is installed, the checkpoint is on disk and a llama.cpp load can
+    fit (`fit`: in `memory_bytes`, the host's memory when None), and build the plan.
 
     Blocks on file-system checks only (run it off the event loop if `resolve` is slow).
     Raises RecipeNotInstalled or CheckpointMissing (both missing-file class), or
-    BadRequest for a `command` template that cannot be parsed."""
+    BadRequest for a `command` template that cannot be parsed or a load that cannot fit."""
+    if memory_bytes is None:
+        memory_bytes = host_memory_bytes()
     recipe = recipe_for(info.recipe)
     if recipe.name == "command":
         if not settings.allow_command_recipes:
@@ -284,6 +317,8 @@ def plan_launch(
     if recipe.name == "llamacpp":
         model_path = str(resolve(info))
         device = Device.CPU if options.llamacpp_backend == "cpu" else Device.GPU
+        flags = _engine_flags(options, settings)
+        _check_fit(Path(model_path), info, flags, device, memory_bytes)
         return LaunchPlan(
             info,
             model_path,
@@ -292,7 +327,7 @@ def plan_launch(
             None,
             options,
             "/health",
-            tuple(_llamacpp_argv(info, options, settings)),
+            tuple(_llamacpp_argv(info, flags)),
             reports_device=True,
             threads=_explicit_threads(options, settings),
         )

@@ -16,6 +16,7 @@ from juggler.errors import BadRequest
 from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
 from juggler.router.session_table import SessionEntry
+from tests.conftest import DEFAULT_MODEL
 
 LOCAL = "http://127.0.0.1"
 
@@ -96,3 +97,15 @@ def test_405_names_the_allowed_methods_and_metrics_is_documented_as_text(
     doc = client.get("/openapi.json").json()
     content = doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
     assert list(content) == ["text/plain"]
+
+
+def test_a_load_past_the_trained_context_is_refused_before_a_process_starts(
+    client: TestClient,
+) -> None:
+    """Issue 27: "a load with `ctx_size: 131072` gave no answer in 150 s and no backend";
+    "a load that cannot fit is refused before a process starts"."""
+    r = client.post("/api/v1/load", json={"model_name": DEFAULT_MODEL, "ctx_size": 131072})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "ctx_size"
+    assert "8192" in r.json()["error"]["message"]  # SmolLM2's trained context
+    assert client.get("/api/v1/health").json()["all_models_loaded"] == []
