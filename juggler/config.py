@@ -101,6 +101,11 @@ class Settings(BaseModel):
     header_timeout_s: float = Field(60.0, gt=0, le=3600)
     #: Open connections (and requests in progress) at most; more get 503.
     max_connections: int = Field(4096, ge=16, le=1_000_000)
+    #: Most inputs of one embeddings request, documents of one rerank, prompts of one
+    #: completion (OpenAI's embeddings limit by default); more get 400.
+    max_inputs: int = Field(2048, ge=1, le=1_000_000)
+    #: Most messages of one chat request; more get 400.
+    max_messages: int = Field(8192, ge=1, le=1_000_000)
     #: Open sessions (`/api/v1/sessions`) the router keeps; more get 429.
     max_sessions: int = Field(4096, ge=1, le=1_000_000)
     #: Requests that may wait in the router for their model to load; more get 429.

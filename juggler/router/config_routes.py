@@ -7,7 +7,7 @@ naming it), kept in the config file so it survives a restart, and applied as far
 running server can:
 - at once: `max_loaded_models`, `auto_evict`, `auto_evict_threshold_pct`,
   `max_queued_requests`, `queue_timeout_s`, `log_level`, `model_dirs`,
-  `max_upload_bytes`;
+  `max_upload_bytes`, `max_inputs`, `max_messages`;
 - at the next load of a model: the per-model defaults and the engine shape;
 - after a restart: the rest (`host`, `port`, ...), listed in `restart_required`.
 Keys that widen what clients may do (`allow_command_recipes`) or that are secrets
@@ -24,6 +24,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, create_model
 
+from juggler.api.openai import configure_limits
 from juggler.config import KEYS, ConfigError, Settings, set_value, validate
 from juggler.errors import BadRequest, Forbidden
 from juggler.router.bodies import read_json
@@ -50,6 +51,8 @@ NOW = frozenset(
         "log_level",
         "model_dirs",
         "max_upload_bytes",
+        "max_inputs",
+        "max_messages",
     }
 )
 NEXT_LOAD = frozenset(
@@ -123,6 +126,7 @@ async def apply(state: RouterState, new: Settings, keys: set[str]) -> None:
             auto_evict=new.auto_evict if "auto_evict" in keys else None,
             threshold=new.auto_evict_threshold_pct if "auto_evict_threshold_pct" in keys else None,
         )
+    configure_limits(max_inputs=new.max_inputs, max_messages=new.max_messages)
     state.proxy.max_waiting = new.max_queued_requests
     state.proxy.queue_timeout_s = new.queue_timeout_s
     if "log_level" in keys:

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from juggler.api.ollama_options import MAX_KEEP_ALIVE_S, parse_keep_alive
-from juggler.api.openai import MAX_INPUTS, MAX_MESSAGES
+from juggler.api.openai import MAX_INPUTS, MAX_MESSAGES, limit_value
 from juggler.config import Settings
 from juggler.errors import BadRequest
 from juggler.registry.catalog import Registry
@@ -109,3 +109,22 @@ def test_a_load_past_the_trained_context_is_refused_before_a_process_starts(
     assert r.json()["error"]["param"] == "ctx_size"
     assert "8192" in r.json()["error"]["message"]  # SmolLM2's trained context
     assert client.get("/api/v1/health").json()["all_models_loaded"] == []
+
+
+def test_the_input_caps_are_settings(tmp_path: Path) -> None:
+    """Issue 27: "input lists of embeddings/completions capped (OpenAI caps embeddings at
+    2,048 inputs; configurable, documented)"."""
+    settings = Settings(model="", max_inputs=3, max_messages=2)
+    app = create_app(settings, Registry(tmp_path / "home"))
+    msgs = [{"role": "user", "content": "hi"}] * 3
+    try:
+        with TestClient(app, base_url=LOCAL) as c:
+            r = c.post("/v1/embeddings", json={"model": "nope", "input": ["a"] * 4})
+            assert r.status_code == 400 and "at most 3 inputs" in r.text
+            r = c.post("/v1/chat/completions", json={"model": "nope", "messages": msgs})
+            assert r.status_code == 400 and "at most 2 messages" in r.text
+            r = c.post("/v1/embeddings", json={"model": "nope", "input": ["a"] * 3})
+            assert r.status_code == 404  # within the cap: the model is looked up
+    finally:
+        create_app(Settings(model=""), Registry(tmp_path / "home"))  # the defaults again
+    assert limit_value(MAX_INPUTS) == 2048 and limit_value(MAX_MESSAGES) == 8192
