@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 
 from juggler import __version__
 from juggler.manager.memory import process_rss
+from juggler.router import lemonade_metrics
 from juggler.router.bodies import parse
 from juggler.router.deps import state_of
 from juggler.router.model_routes import is_admin, is_local_owner
@@ -28,6 +29,7 @@ _EMPTY_STATS: dict[str, Any] = {
     "output_tokens": None,
     "decode_token_times": None,
     "prompt_tokens": None,
+    "cache_tokens": None,
     "cached_prompt_tokens": None,
 }
 
@@ -70,17 +72,21 @@ def with_memory(entry: dict[str, Any]) -> dict[str, Any]:
 
 @router.get("/stats")
 async def stats(request: Request) -> dict[str, Any]:
-    """The most recent inference request's figures, read from the backend that served it.
-    `cached_prompt_tokens`: prompt tokens that came from a cached prefix (not prefilled)."""
+    """The most recent inference request's figures, read from the backend that served it,
+    and Lemonade's cumulative counters since the server started (`*_total`).
+    `cache_tokens` (Lemonade's name) and `cached_prompt_tokens`: prompt tokens that came
+    from a cached prefix (not prefilled)."""
     state = state_of(request)
+    totals = lemonade_metrics.counters(state.figures.totals(await state.figures.figures(max_age_s=0.0)))
     if state.proxy.last_served is None:
-        return dict(_EMPTY_STATS)
+        return {**_EMPTY_STATS, **totals}
     model, url = state.proxy.last_served
     try:
         data: dict[str, Any] = await state.proxy.get_json(url + "/stats")
     except httpx.HTTPError:
-        return {**_EMPTY_STATS, "model": model, "error": "backend no longer available"}
-    return {**data, "cached_prompt_tokens": data.get("prompt_tokens_reused"), "model": model}
+        return {**_EMPTY_STATS, **totals, "model": model, "error": "backend no longer available"}
+    cached = data.get("prompt_tokens_reused")
+    return {**data, **totals, "cached_prompt_tokens": cached, "model": model}
 
 
 @router.post("/load", openapi_extra=body_of(LoadRequest))

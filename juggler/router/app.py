@@ -121,6 +121,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             queue_timeout_s=settings.queue_timeout_s,
         )
         figures = FiguresPoller(manager.snapshot, proxy.client)
+        proxy.on_activity = figures.note_activity
         figures.start()
         adapters = Adapters(settings, registry, AdapterBook())
         app.state.juggler = RouterState(

@@ -47,6 +47,10 @@ class Totals:
     generation_tokens: int = 0
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     tpot: Histogram = field(default_factory=lambda: Histogram(TPOT_BUCKETS))
+    #: Requests finished, and prompt tokens served from a cached prefix (Lemonade's
+    #: `request_count_total` and `cache_tokens_total`).
+    requests: int = 0
+    cache_tokens: int = 0
 
     def plus(self, other: Totals) -> Totals:
         ttft, tpot = Histogram(TTFT_BUCKETS), Histogram(TPOT_BUCKETS)
@@ -58,7 +62,20 @@ class Totals:
             self.generation_tokens + other.generation_tokens,
             ttft,
             tpot,
+            requests=self.requests + other.requests,
+            cache_tokens=self.cache_tokens + other.cache_tokens,
         )
+
+
+#: A backend's figures of its latest finished request (Lemonade's per-model telemetry).
+LAST_REQUEST_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "prompt_tokens",
+    "cache_tokens",
+    "time_to_first_token",
+    "tokens_per_second",
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,8 @@ class BackendFigures:
     model: str
     model_type: str
     device: str
+    checkpoint: str = ""
+    recipe: str = ""
     running: int = 0
     waiting: int = 0
     kv_used: int = 0
@@ -81,6 +100,8 @@ class BackendFigures:
     running_adapters: tuple[str, ...] = ()
     waiting_adapters: tuple[str, ...] = ()
     max_lora: int = 0
+    #: Its latest finished request (LAST_REQUEST_KEYS that it reported).
+    last_request: dict[str, float] = field(default_factory=dict)
 
     @property
     def kv_usage(self) -> float:
@@ -93,6 +114,8 @@ def base_figures(snap: ServerSnapshot) -> BackendFigures:
         model=snap.model_name,
         model_type=snap.type.value,
         device=snap.device.label(),
+        checkpoint=snap.checkpoint,
+        recipe=snap.recipe,
         in_flight=snap.in_flight,
         pinned=snap.pinned,
         running=running,
@@ -121,7 +144,14 @@ def parse_stats(base: BackendFigures, data: dict[str, Any]) -> BackendFigures:
             num("generation_tokens_total"),
             Histogram.from_json(TTFT_BUCKETS, hist.get("time_to_first_token_seconds")),
             Histogram.from_json(TPOT_BUCKETS, hist.get("time_per_output_token_seconds")),
+            requests=num("requests_finished_total"),
+            cache_tokens=num("prompt_tokens_reused_total"),
         ),
+        last_request={
+            k: v
+            for k in LAST_REQUEST_KEYS
+            if isinstance(v := data.get(k), int | float) and not isinstance(v, bool)
+        },
         running_adapters=tuple(str(a) for a in lora.get("running", ())),
         waiting_adapters=tuple(str(a) for a in lora.get("waiting", ())),
         max_lora=int(lora.get("max_active", 0) or 0),
@@ -141,12 +171,19 @@ class FiguresPoller:
         #: server_id -> its latest figures (ready servers only).
         self._latest: dict[int, BackendFigures] = {}
         self.retired = Totals()
+        #: Per model, the totals of its backends that are gone, and its latest figures
+        #: (every model observed since start: Lemonade's `lemonade_model_*` series).
+        self.retired_by_model: dict[str, Totals] = {}
+        self.seen: dict[str, BackendFigures] = {}
         self.num_polls = 0
         #: When the server-wide LoRA state last changed (vllm:lora_requests_info's value).
         self.lora_changed_at = time.time()
         self._lora_state: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         self._polled_at = 0.0
+        #: When the last finished poll started (its figures were read after that).
+        self._read_since = 0.0
         self._scraped_at = 0.0
+        self._active_at = 0.0
         self._wake = asyncio.Event()
         self._polled = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -160,26 +197,46 @@ class FiguresPoller:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def figures(self) -> list[BackendFigures]:
-        """The ready backends' latest figures, for a scrape (never a fan-out)."""
-        self._scraped_at = time.monotonic()
-        if self._scraped_at - self._polled_at > STALE_S and self._task is not None:
-            self._polled.clear()
-            self._wake.set()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._polled.wait(), STALE_S)
+    async def figures(self, max_age_s: float = STALE_S) -> list[BackendFigures]:
+        """The ready backends' latest figures, for a scrape (never a fan-out). Older than
+        `max_age_s`, they are read again first (waiting at most STALE_S); 0: read after
+        this call (Lemonade's /stats, whose counters must include the last request)."""
+        now = self._scraped_at = time.monotonic()
+        if now - self._polled_at > max_age_s and self._task is not None:
+            while self._read_since < now and time.monotonic() - now < STALE_S:
+                self._polled.clear()
+                self._wake.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._polled.wait(), STALE_S)
         ready = [s for s in self._servers() if s.status is ServerState.READY]
         return [self._latest.get(s.server_id) or base_figures(s) for s in ready]
 
+    def totals(self, live: list[BackendFigures]) -> Totals:
+        """Server-wide totals: the backends that are gone and `live` (the ready ones)."""
+        out = self.retired
+        for figures in live:
+            out = out.plus(figures.totals)
+        return out
+
+    def note_activity(self) -> None:
+        """A request went to a backend: poll for the next ACTIVE_S seconds, so that
+        its counters are read before its backend can go away (Lemonade's `/stats`
+        totals never go down)."""
+        self._active_at = time.monotonic()
+        if not self._wake.is_set():
+            self._wake.set()
+
     async def _run(self) -> None:
         while True:
-            if time.monotonic() - self._scraped_at > ACTIVE_S:
+            if time.monotonic() - max(self._scraped_at, self._active_at) > ACTIVE_S:
                 self._wake.clear()
                 await self._wake.wait()  # nobody scrapes: no polling
+            started = time.monotonic()
             try:
                 await self._poll()
             except Exception:  # one bad poll must not end metrics
                 log.exception("metrics: polling backends failed")
+            self._read_since = started
             self._polled_at = time.monotonic()
             self.num_polls += 1
             self._polled.set()
@@ -192,7 +249,11 @@ class FiguresPoller:
         for sid, gone in self._latest.items():
             if sid not in latest:
                 self.retired = self.retired.plus(gone.totals)
+                before = self.retired_by_model.get(gone.model, Totals())
+                self.retired_by_model[gone.model] = before.plus(gone.totals)
         self._latest = latest
+        for figures in latest.values():
+            self.seen[figures.model] = figures
         lora = (
             tuple(sorted({a for f in latest.values() for a in f.running_adapters})),
             tuple(sorted({a for f in latest.values() for a in f.waiting_adapters})),

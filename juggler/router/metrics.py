@@ -26,6 +26,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from juggler.router.figures import BackendFigures, Totals
+from juggler.router.lemonade_metrics import LemonadeView, families
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
@@ -43,6 +44,8 @@ class MetricsView:
     default_max_lora: int = 0
     #: When the LoRA state last changed (the value of vllm:lora_requests_info).
     lora_changed_at: float = 0.0
+    #: Lemonade's `lemonade_*` families, beside the vLLM ones (None: left out).
+    lemonade: LemonadeView | None = None
 
     @property
     def totals(self) -> Totals:
@@ -98,6 +101,8 @@ class ViewCollector(Collector):
                 yield _gauge("juggler:loads_queued", "Loads queued or running.", value)
             else:
                 yield CounterMetricFamily(f"juggler:{key}", f"Manager counter {key}.", value=value)
+        if view.lemonade is not None:
+            yield from families(view.lemonade)
 
     def _seed_004(self) -> Iterator[Metric]:
         view = self.view

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request, Response
 
 from juggler.router.adapter_routes import max_active_adapters
 from juggler.router.deps import state_of
+from juggler.router.lemonade_metrics import LemonadeView
 from juggler.router.metrics import CONTENT_TYPE, MetricsView, exposition
 
 router = APIRouter()
@@ -25,6 +26,14 @@ router = APIRouter()
 async def metrics(request: Request) -> Response:
     state = state_of(request)
     figures = await state.figures.figures()
+    poller = state.figures
+    lemonade = LemonadeView(
+        backends=tuple(figures),
+        seen={**poller.seen, **{f.model: f for f in figures}},
+        retired_by_model=dict(poller.retired_by_model),
+        totals=poller.totals(figures),
+        max_models=state.manager.max_models(),
+    )
     view = MetricsView(
         backends=tuple(figures),
         router_waiting=state.proxy.num_waiting,
@@ -32,5 +41,13 @@ async def metrics(request: Request) -> Response:
         retired=state.figures.retired,
         lora_changed_at=state.figures.lora_changed_at,
         default_max_lora=max_active_adapters(state.settings.llamacpp_args),
+        lemonade=lemonade,
     )
     return Response(exposition(view), media_type=CONTENT_TYPE)
+
+
+@router.head("/metrics", include_in_schema=False)
+async def metrics_head() -> Response:
+    """Lemonade: "`HEAD /metrics` is also supported and returns `200 OK` with an empty
+    body"."""
+    return Response(b"", media_type=CONTENT_TYPE)

@@ -67,6 +67,9 @@ class Proxy:
         self.last_served: tuple[str, str] | None = None
         #: Requests waiting in `manager.acquire` (for a load, or for an eviction to end).
         self.num_waiting = 0
+        #: Called when a request goes to a backend and when it is over (the figures
+        #: poller keeps reading backends' counters while they work).
+        self.on_activity: Callable[[], None] = lambda: None
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -104,8 +107,10 @@ class Proxy:
         request = self.client.build_request(
             method, lease.backend_url + path, json=body, headers=headers
         )
+        self.on_activity()
         response = await self.client.send(request, stream=True)
         self.last_served = (lease.model_name, lease.backend_url)
+        lease.on_release(self.on_activity)
         return response
 
     async def _open(

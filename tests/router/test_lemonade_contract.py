@@ -6,11 +6,14 @@ on an inference body, `cache_tokens`, the idle evaluation, a pin across a watchd
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
+import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import DEFAULT_MODEL, RunningServer, start_server
 
@@ -92,3 +95,79 @@ def test_load_options_on_a_chat_body_reach_the_auto_load_only_through_the_allowl
             "/api/v1/completions", json={"model": DEFAULT_MODEL, "prompt": "a", "ctx_size": 1}
         )
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "ctx_size"
+
+
+def test_stats_cache_tokens_and_totals_since_start(server: RunningServer) -> None:
+    """lemonade.md, /stats: "`cache_tokens` - Prompt tokens served from the backend's
+    prefix cache on the last request" and "`*_total` - Cumulative counters since server
+    start" (Lemonade's suite: "A repeated conversation prefix surfaces cache_tokens")."""
+    history = [
+        {"role": "system", "content": "You are a concise assistant. " + "Context filler. " * 30},
+        {"role": "user", "content": "Reply with the single word: ready."},
+    ]
+    with server.client() as c:
+        before = c.get("/api/v1/stats").json()
+        for messages in (history, [*history, {"role": "assistant", "content": "ready"}]):
+            body = {"model": DEFAULT_MODEL, "messages": messages, "max_tokens": 4}
+            assert c.post("/api/v1/chat/completions", json=body).status_code == 200
+        stats = c.get("/api/v1/stats").json()
+        assert stats["cache_tokens"] > 0 and stats["cache_tokens"] <= stats["prompt_tokens"]
+        assert stats["request_count_total"] == before["request_count_total"] + 2
+        assert stats["cache_tokens_total"] >= before["cache_tokens_total"] + stats["cache_tokens"]
+        assert stats["output_tokens_total"] > before["output_tokens_total"]
+        assert stats["prompt_tokens_total"] == stats["input_tokens_total"]
+        assert stats["routing_decisions_total"] == stats["routing_switches_total"] == 0
+        # Totals never go down: the backend that counted them is gone.
+        assert c.post("/api/v1/unload", json={}).status_code == 200
+        after = c.get("/api/v1/stats").json()
+        for key in ("request_count_total", "cache_tokens_total", "output_tokens_total"):
+            assert after[key] == stats[key], key
+
+
+def test_responses_record_telemetry_with_cache_tokens(server: RunningServer) -> None:
+    """Issue 24: "`cache_tokens` in the per-request telemetry of `/api/v1/stats` and
+    Responses" (Lemonade's suite: "Non-streaming Responses requests record telemetry
+    like chat does")."""
+    client = openai.OpenAI(base_url=server.base_url + "/api/v1", api_key="none", max_retries=0)
+    for _ in range(2):
+        response = client.responses.create(
+            model=DEFAULT_MODEL,
+            instructions="You are a concise assistant. " + "Context filler. " * 30,
+            input="Say hello.",
+            max_output_tokens=8,
+            temperature=0.0,
+        )
+    assert response.usage is not None
+    cached = response.usage.input_tokens_details.cached_tokens
+    with server.client() as c:
+        stats = c.get("/api/v1/stats").json()
+    assert stats["input_tokens"] > 0 and stats["output_tokens"] > 0
+    assert isinstance(stats["cache_tokens"], int) and stats["cache_tokens"] == cached
+
+
+def test_metrics_has_lemonade_families_beside_vllm_ones(server: RunningServer) -> None:
+    """lemonade.md, /metrics: "`HEAD /metrics` is also supported and returns `200 OK`
+    with an empty body"; Lemonade's suite expects `lemonade_server_up 1`,
+    `lemonade_loaded_models`, `lemonade_max_loaded_models`, and the loaded model in
+    `lemonade_model_info`; issue 24: "the `lemonade_*` metric families next to the vLLM
+    ones"."""
+    with server.client() as c:
+        assert c.post("/api/v1/load", json={"model_name": DEFAULT_MODEL}).status_code == 200
+        r = c.get("/metrics")
+        head = c.head("/metrics")
+    assert r.status_code == 200 and "text/plain" in r.headers["content-type"]
+    assert re.search(r"(?m)^lemonade_server_up 1(?:\.0+)?$", r.text)
+    samples: dict[str, list[dict[str, str]]] = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append(dict(s.labels))
+    for name in (
+        "lemonade_loaded_models",
+        "lemonade_max_loaded_models",
+        "vllm:num_requests_waiting",
+    ):
+        assert name in samples, name
+    assert any(lab["model_name"] == DEFAULT_MODEL for lab in samples["lemonade_model_info"])
+    for series in ("lemonade_cache_tokens_total", "lemonade_routing_switches_total"):
+        assert series in samples
+    assert head.status_code == 200 and head.content == b""

@@ -72,6 +72,9 @@ def stats_body(engine: Engine) -> dict[str, Any]:
                 "decode_token_times": [],
             }
         )
+    # Lemonade's `cache_tokens`: "Prompt tokens served from the backend's prefix cache on
+    # the last request (llama.cpp `timings.cache_n` ...)".
+    out["cache_tokens"] = out["prompt_tokens_reused"]
     out.update(engine_counters(engine))
     if master is not None:
         t = master.totals
