@@ -31,6 +31,10 @@ log = logging.getLogger("juggler.manager")
 
 #: How long a backend may take to free its contexts.
 DOWNSIZE_TIMEOUT_S = 30.0
+#: The background pass downsizes no model sooner than this after its last use (Lemonade
+#: evaluates idle models on a cadence: a model is `ready` right after its load even with
+#: `downsize_idle_timeout=0`; the explicit evaluation, `simulate(-1)`, has no floor).
+MIN_BACKGROUND_IDLE_S = 2.0
 
 
 class EvictionEngine:
@@ -57,7 +61,7 @@ class EvictionEngine:
     # -- after every owner message -------------------------------------------------
     def after_message(self) -> None:
         """Seed 002's idle timeouts, then the monitor on exactly while it is wanted."""
-        self.run(idle_actions(self.table.memory_views(self.auto_evict), self.table.clock())[0])
+        self.run(self._idle_actions(MIN_BACKGROUND_IDLE_S)[0])
         self._arm_timer()
         self.monitor.ensure(self.is_wanted)
 
@@ -68,8 +72,12 @@ class EvictionEngine:
             s.options.auto_evict for s in self.table.in_state(ServerState.READY)
         )
 
+    def _idle_actions(self, min_downsize_idle_s: float) -> tuple[list[Action], float | None]:
+        views = self.table.memory_views(self.auto_evict)
+        return idle_actions(views, self.table.clock(), min_downsize_idle_s)
+
     def _arm_timer(self) -> None:
-        _, next_at = idle_actions(self.table.memory_views(self.auto_evict), self.table.clock())
+        _, next_at = self._idle_actions(MIN_BACKGROUND_IDLE_S)
         if next_at == self._timer_at:
             return
         self.cancel_timer()
@@ -114,18 +122,21 @@ class EvictionEngine:
 
     def on_simulate(self, msg: m.Simulate) -> None:
         """Lemonade's test hook: `pct` at or above the threshold runs one pressure step
-        as if usage were `pct`; -1 runs the idle timeouts now; anything else nothing.
-        Answered once downsizes are done and evictions have started."""
+        as if usage were `pct`; -1 runs the idle timeouts now (Lemonade: "Synchronously
+        execute one idle-only eviction-engine evaluation"); anything else nothing.
+        Answered once every downsize, this one's and any already running, is done and
+        evictions have started."""
         views = self.table.memory_views(self.auto_evict)
         now = self.table.clock()
         actions: list[Action] = []
         if msg.pct == -1:
-            actions = idle_actions(views, now)[0]
+            actions = self._idle_actions(0.0)[0]
         elif msg.pct >= self.threshold:
             sample = MemorySample(int(msg.pct * msg.total_bytes), msg.total_bytes)
             step = relief_step(views, sample, self.threshold, now)
             actions = [step] if step is not None else []
-        waits = self.run(actions)
+        self.run(actions)
+        waits = list(self._downsizing.values())
         done = [(a.model_name, a.step.value) for a in actions]
         if not waits:
             settle(msg.future, done)

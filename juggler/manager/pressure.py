@@ -70,9 +70,14 @@ def candidates(views: Sequence[MemoryView]) -> list[MemoryView]:
     return [v for v in views if v.opted_in and not v.pinned and v.in_flight == 0]
 
 
-def idle_actions(views: Sequence[MemoryView], now: float) -> tuple[list[Action], float | None]:
+def idle_actions(
+    views: Sequence[MemoryView], now: float, min_downsize_idle_s: float = 0.0
+) -> tuple[list[Action], float | None]:
     """The idle timeouts due at `now` (evict wins over downsize), and when the next one
-    falls due (None: no timer needed). `now` is on the `last_use` clock."""
+    falls due (None: no timer needed). `now` is on the `last_use` clock. A downsize
+    falls due no sooner than `min_downsize_idle_s` after the last use (the background
+    pass: Lemonade's `downsize_idle_timeout=0` means "at the next evaluation", so a model
+    is `ready` right after its load)."""
     actions: list[Action] = []
     next_at: float | None = None
 
@@ -82,7 +87,7 @@ def idle_actions(views: Sequence[MemoryView], now: float) -> tuple[list[Action],
 
     for v in candidates(views):
         evict_at = v.last_use + v.evict_idle_timeout_s
-        downsize_at = v.last_use + v.downsize_idle_timeout_s
+        downsize_at = v.last_use + max(v.downsize_idle_timeout_s, min_downsize_idle_s)
         if evict_at <= now:
             actions.append(Action(Step.EVICT, v.model_name))
             continue

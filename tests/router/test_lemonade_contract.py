@@ -171,3 +171,27 @@ def test_metrics_has_lemonade_families_beside_vllm_ones(server: RunningServer) -
     for series in ("lemonade_cache_tokens_total", "lemonade_routing_switches_total"):
         assert series in samples
     assert head.status_code == 200 and head.content == b""
+
+
+def test_downsize_idle_timeout_zero_waits_for_the_evaluation(server: RunningServer) -> None:
+    """Issue 24: "`downsize_idle_timeout=0` and the synchronous idle evaluation semantics
+    (a model is `ready` right after load; when the evaluation call answers, the downsize
+    is done)"; Lemonade's suite: "A request against a downsized model transparently
+    restores it"."""
+    load = {
+        "model_name": DEFAULT_MODEL,
+        "ctx_size": 256,
+        "auto_evict": True,
+        "downsize_idle_timeout": 0,
+        "evict_idle_timeout": 300,
+    }
+    with server.client() as c:
+        assert c.post("/api/v1/load", json=load).status_code == 200
+        assert loaded(server, DEFAULT_MODEL)["status"] == "ready"  # type: ignore[index]
+        r = c.post("/internal/simulate-vram-pressure", json={"pct": -1})
+        assert r.status_code == 200, r.text
+        assert loaded(server, DEFAULT_MODEL)["status"] == "downsized"  # type: ignore[index]
+        body = {"model": DEFAULT_MODEL, "messages": HELLO, "max_tokens": 1}
+        assert c.post("/api/v1/chat/completions", json=body).status_code == 200
+        assert loaded(server, DEFAULT_MODEL)["status"] in ("ready", "in_use")  # type: ignore[index]
+        c.post("/api/v1/unload", json={})
