@@ -127,6 +127,12 @@ class Owner:
             self.act.lease(server, msg.future)
         elif self.loads.add_acquirer(msg.name, msg.future):
             pass  # joined the load already queued or running
+        elif (restart := self.watchdog.claim(msg.name)) is not None:
+            # The watchdog was about to restart it: load it now for this request, with the
+            # options and the pin it had (as an auto-load, which may take a slot).
+            job = LoadJob(restart.plan, is_explicit=False, pin=restart.pinned or None)
+            job.acquirers.append(msg.future)
+            self.loads.append(job)
         elif msg.plan is None:
             settle(msg.future, None)  # the caller prepares a plan and asks again
         else:

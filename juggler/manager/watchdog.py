@@ -12,6 +12,8 @@ pending restart, which posts `RestartDue` to the owner. Rules:
   back, counts as the next attempt; after MAX_ATTEMPTS in a row the watchdog gives up and
   says so in health.
 - Unloading the model or loading it explicitly cancels a pending restart.
+- A request for the model before its restart is due loads it at once with the plan and
+  the pin it had: a pin survives a watchdog reload, whichever comes first.
 """
 
 from __future__ import annotations
@@ -87,6 +89,12 @@ class Watchdog:
     def take(self, name: str) -> Restart | None:
         """The restart of `name` that is due now, if it was not cancelled meanwhile."""
         self._timers.pop(name, None)
+        return self.pending.pop(name, None)
+
+    def claim(self, name: str) -> Restart | None:
+        """A request wants `name` before its restart is due: the pending restart, taken
+        now (its timer stopped; the attempts still count)."""
+        self._stop_timer(name)
         return self.pending.pop(name, None)
 
     def cancel(self, name: str) -> None:

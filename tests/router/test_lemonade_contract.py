@@ -6,7 +6,9 @@ on an inference body, `cache_tokens`, the idle evaluation, a pin across a watchd
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -194,4 +196,24 @@ def test_downsize_idle_timeout_zero_waits_for_the_evaluation(server: RunningServ
         body = {"model": DEFAULT_MODEL, "messages": HELLO, "max_tokens": 1}
         assert c.post("/api/v1/chat/completions", json=body).status_code == 200
         assert loaded(server, DEFAULT_MODEL)["status"] in ("ready", "in_use")  # type: ignore[index]
+        c.post("/api/v1/unload", json={})
+
+
+def test_a_pin_survives_a_watchdog_reload(server: RunningServer) -> None:
+    """Issue 24: "a pin survives a watchdog reload" (Lemonade's suite: "Watchdog reloads
+    preserve the pinning status of the crashed backend": SIGKILL, a chat at once, then a
+    fresh pid and `pinned` still true)."""
+    with server.client() as c:
+        load = {"model_name": DEFAULT_MODEL, "pinned": True, "ctx_size": 640}
+        assert c.post("/api/v1/load", json=load).status_code == 200
+        old = loaded(server, DEFAULT_MODEL)
+        assert old is not None and old["pinned"] is True
+        os.kill(old["pid"], signal.SIGKILL)
+        client = openai.OpenAI(base_url=server.base_url + "/api/v1", api_key="x", max_retries=0)
+        reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HELLO, max_tokens=4)  # type: ignore[arg-type]
+        assert reply.choices
+        new = loaded(server, DEFAULT_MODEL)
+        assert new is not None and new["pid"] != old["pid"]
+        assert new["pinned"] is True and new["recipe_options"]["ctx_size"] == 640
+        c.post("/internal/pin", json={"model_name": DEFAULT_MODEL, "pinned": False})
         c.post("/api/v1/unload", json={})
