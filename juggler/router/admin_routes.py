@@ -77,7 +77,9 @@ async def stats(request: Request) -> dict[str, Any]:
     `cache_tokens` (Lemonade's name) and `cached_prompt_tokens`: prompt tokens that came
     from a cached prefix (not prefilled)."""
     state = state_of(request)
-    totals = lemonade_metrics.counters(state.figures.totals(await state.figures.figures(max_age_s=0.0)))
+    totals = lemonade_metrics.counters(
+        state.figures.totals(await state.figures.figures(max_age_s=0.0))
+    )
     if state.proxy.last_served is None:
         return {**_EMPTY_STATS, **totals}
     model, url = state.proxy.last_served
@@ -139,7 +141,7 @@ async def unload(request: Request) -> dict[str, Any]:
 
 @internal.post("/internal/pin", openapi_extra=body_of(PinRequest))
 async def pin(request: Request) -> dict[str, Any]:
-    body, _ = await parse(request, PinRequest)
+    body = PinRequest.parse(await request.body())
     state = state_of(request)
     snapshot = await state.manager.pin(body.model_name, body.pinned)
     state.pins.record(snapshot)

@@ -6,6 +6,7 @@ A bad body is a 400 naming the field (see bodies.validate), never a 422.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import (
@@ -48,10 +49,42 @@ class UnloadRequest(BaseModel):
 
 
 class PinRequest(BaseModel):
+    """/internal/pin, as Lemonade takes it: the model as `model_name` or `model`, and
+    `pinned`, a boolean, always given."""
+
     model_config = ConfigDict(extra="forbid")
 
     model_name: StrictStr
-    pinned: StrictBool = True
+    pinned: StrictBool
+
+    @classmethod
+    def parse(cls, raw: bytes) -> PinRequest:
+        """The body, or a 400 in Lemonade's words: "Invalid JSON body", "Parameter 'model'
+        or 'model_name' is required", "Parameter 'pinned' is required and must be a
+        boolean"."""
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise BadRequest(f"Invalid JSON body: {exc}") from None
+        if not isinstance(data, dict):
+            raise BadRequest("Invalid JSON body: expected a JSON object")
+        name = data.pop("model_name", None)
+        alias = data.pop("model", None)
+        if name is None:
+            name = alias
+        elif alias is not None and alias != name:
+            raise BadRequest("model and model_name name different models", param="model")
+        if not isinstance(name, str) or not name:
+            raise BadRequest("Parameter 'model' or 'model_name' is required", param="model_name")
+        pinned = data.pop("pinned", None)
+        if not isinstance(pinned, bool):
+            raise BadRequest("Parameter 'pinned' is required and must be a boolean", param="pinned")
+        if data:
+            extra = sorted(data)[0]
+            error = BadRequest(f"{extra}: unknown or unsupported parameter", param=extra)
+            error.code = "unsupported_parameter"
+            raise error
+        return cls(model_name=name, pinned=pinned)
 
 
 class PullRequest(BaseModel):

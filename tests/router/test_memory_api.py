@@ -116,7 +116,9 @@ def test_pressure_evicts_by_weighted_score_spares_pins_and_requests_rescue(
         got = c.post("/internal/simulate-vram-pressure", json={"pct": 0.99}).json()
         assert got == {"status": "ok", "actions": [{"model_name": GEMMA, "action": "evict"}]}
         assert chat(c, GEMMA).status_code == 200, "a request for the evicted model is served"
-        assert c.post("/internal/pin", json={"model_name": DEFAULT_MODEL}).is_success
+        assert c.post(
+            "/internal/pin", json={"model_name": DEFAULT_MODEL, "pinned": True}
+        ).is_success
         c.post("/api/v1/unload", json={"model_name": GEMMA})
         got = c.post("/internal/simulate-vram-pressure", json={"pct": 0.99}).json()
         assert got["actions"] == [], "pinned models are never evicted by memory management"
