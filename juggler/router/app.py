@@ -21,6 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from juggler import __version__
+from juggler.api.anthropic import error_body as anthropic_error
+from juggler.api.anthropic import is_anthropic_path
 from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
 from juggler.logbook import LogBook, RingHandler
@@ -30,6 +32,7 @@ from juggler.registry.catalog import Registry
 from juggler.router import (
     adapter_routes,
     admin_routes,
+    anthropic_routes,
     config_routes,
     logs_route,
     memory_routes,
@@ -85,13 +88,15 @@ def error_response(
     request: Request, exc: JugglerError, extra_headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """The one place a router error becomes a response: OpenAI's error shape, or on
-    Ollama's routes Ollama's (`{"error": "message"}`)."""
+    Ollama's routes Ollama's (`{"error": "message"}`), on Anthropic's Anthropic's."""
     body: dict[str, Any] = render(exc)
     rid = request_id_of(request.scope)
     if rid:
         body["error"]["request_id"] = rid
     if is_ollama_path(request.url.path):
         body = {"error": exc.message, "code": exc.code, "request_id": rid or None}
+    elif is_anthropic_path(request.url.path):
+        body = anthropic_error(exc, rid)
     headers = dict(extra_headers or {})
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
@@ -146,6 +151,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     app.state.drain = drain
     for prefix in API_PREFIXES:
         app.include_router(openai_routes.router, prefix=prefix)
+        app.include_router(anthropic_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(model_routes.router, prefix=prefix)
         app.include_router(system_routes.router, prefix=prefix)
@@ -213,7 +219,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            allow_headers=["Authorization", "X-Api-Key", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID"],
         )
     guard = BrowserGuard(settings.host, settings.allowed_hosts, settings.cors_origins)

@@ -13,14 +13,16 @@ import secrets
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from juggler.api.anthropic import error_body as anthropic_error
+from juggler.api.anthropic import is_anthropic_path
 from juggler.errors import JugglerError, PayloadTooLarge, Unauthorized, render
 from juggler.router.security import (
     admin_only,
     admin_refusal,
-    bearer,
     is_browser,
     is_loopback,
     key_matches,
+    presented_key,
 )
 from juggler.router.ui_routes import OPEN_PAGES, OPEN_PREFIX
 
@@ -35,10 +37,13 @@ def request_id_of(scope: Scope) -> str:
     return str(rid) if rid else ""
 
 
-async def send_error(send: Send, exc: JugglerError, request_id: str = "") -> None:
+async def send_error(send: Send, exc: JugglerError, request_id: str = "", path: str = "") -> None:
+    """The error as the response; on Anthropic's routes (`path`) in Anthropic's shape."""
     body_obj = render(exc)
     if request_id:
         body_obj["error"]["request_id"] = request_id
+    if is_anthropic_path(path):
+        body_obj = anthropic_error(exc, request_id)
     body = json.dumps(body_obj).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if request_id:
@@ -105,7 +110,7 @@ class AuthMiddleware:
         if scope["type"] != "http" or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
-        token = bearer(scope.get("headers", []))
+        token = presented_key(scope.get("headers", []))
         is_admin = key_matches(token, self.admin_api_key)
         client = scope.get("client")
         state = scope.setdefault("state", {})
@@ -132,9 +137,10 @@ class AuthMiddleware:
         # /internal/* is the admin's (or loopback's) alone; the admin key works everywhere.
         needs_api_key = bool(self.api_key) and what != "/internal/*" and not is_admin
         if needs_api_key and not key_matches(token, self.api_key):
-            await send_error(
-                send, Unauthorized("a valid API key is required (Authorization: Bearer)"), rid
+            refusal = Unauthorized(
+                "a valid API key is required (Authorization: Bearer, or x-api-key)"
             )
+            await send_error(send, refusal, rid, scope["path"])
             return
         await self.app(scope, receive, send)
 
@@ -155,7 +161,7 @@ class BodyLimitMiddleware:
         too_large = PayloadTooLarge(f"request body is larger than {self.max_bytes} bytes")
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await send_error(send, too_large, request_id_of(scope))
+                await send_error(send, too_large, request_id_of(scope), scope["path"])
                 return
         seen = 0
         started = False
@@ -179,7 +185,7 @@ class BodyLimitMiddleware:
             await self.app(scope, counting_receive, tracking_send)
         except _BodyTooLarge:
             if not started:
-                await send_error(send, too_large, request_id_of(scope))
+                await send_error(send, too_large, request_id_of(scope), scope["path"])
 
 
 class _BodyTooLarge(Exception):

@@ -3,7 +3,7 @@
 Juggler's model (README "Security"):
 - The server binds 127.0.0.1 unless the admin sets `host`.
 - `api_key`, when set, is required on every route but `/live`; the admin key is accepted
-  wherever the API key is.
+  wherever the API key is. A key comes as `Authorization: Bearer KEY` or `x-api-key: KEY`.
 - `/internal/*` (pin, runtime settings, config) needs the admin key when one is set;
   without one it answers loopback clients only, so a server opened to the network with
   `host=0.0.0.0` and no admin key never lets a remote client change its settings.
@@ -36,6 +36,18 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
             return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The key a client presents: `Authorization: Bearer`, else `x-api-key` (Anthropic's
+    clients send theirs there). Either may carry the API key or the admin key."""
+    token = bearer(headers)
+    if token is not None:
+        return token
+    for name, value in headers:
+        if name == b"x-api-key":
+            return value.decode("latin-1").strip()
     return None
 
 

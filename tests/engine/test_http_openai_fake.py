@@ -105,6 +105,22 @@ def test_a_stop_string_split_across_tokens_never_reaches_the_stream() -> None:
         assert events[-2]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_a_choice_ended_by_a_stop_string_names_it_as_stop_reason() -> None:
+    """The backend names the stop string that ended a choice (`stop_reason`, as vLLM
+    does), so that the Anthropic dialect can answer `stop_sequence` (issue 24)."""
+    with client() as c:
+        full = text_of(greedy(chat_prompt(c), 12))
+        stop = full[5:8]
+        body = {"messages": USER, "max_tokens": 12, "stop": ["never there", stop]}
+        choice = c.post("/v1/chat/completions", json=body).json()["choices"][0]
+        assert choice["finish_reason"] == "stop" and choice["stop_reason"] == stop
+        events = sse(c.post("/v1/chat/completions", json={**body, "stream": True}).text)
+        assert events[-2]["choices"][0]["stop_reason"] == stop
+        assert all("stop_reason" not in e["choices"][0] for e in events[:-2])
+        plain = c.post("/v1/chat/completions", json={**body, "stop": ["never there"]}).json()
+        assert "stop_reason" not in plain["choices"][0]
+
+
 def test_tool_calls_come_back_as_a_message_and_as_streamed_deltas() -> None:
     script = generic_calls_text([("get_weather", {"city": "Paris"})]).encode()
     body = {"messages": USER, "tools": [WEATHER], "tool_choice": "required"}

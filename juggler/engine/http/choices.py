@@ -64,6 +64,12 @@ def openai_finish(reason: str | None) -> str:
     return "length" if reason == "length" else "stop"
 
 
+def stop_fields(ev: StreamEvent) -> dict[str, Any]:
+    """A finished choice's `stop_reason`, as vLLM names it: the stop string that ended it
+    (only when one did; the Anthropic dialect reports it as `stop_sequence`)."""
+    return {} if ev.stop_sequence is None else {"stop_reason": ev.stop_sequence}
+
+
 def delta_of(d: Delta) -> dict[str, Any]:
     """A tool-stream delta as a chat chunk's `delta`."""
     if isinstance(d, TextDelta):

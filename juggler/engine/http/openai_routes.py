@@ -24,7 +24,13 @@ from starlette.concurrency import run_in_threadpool
 from juggler.api import openai as api
 from juggler.api import sse
 from juggler.engine.http import responses as shape
-from juggler.engine.http.choices import Choice, chat_logprobs, completion_logprobs, openai_finish
+from juggler.engine.http.choices import (
+    Choice,
+    chat_logprobs,
+    completion_logprobs,
+    openai_finish,
+    stop_fields,
+)
 from juggler.engine.http.requests import (
     adapter_ref,
     choice_params,
@@ -159,6 +165,7 @@ async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: R
                     "message": c.message(),
                     "logprobs": chat_logprobs(c.logprobs, piece) if wants_logprobs else None,
                     "finish_reason": c.finish_reason(ev.finish_reason),
+                    **stop_fields(ev),
                 }
             )
         use = shape.choices_usage([ev.stats for ev in finals])
@@ -184,7 +191,9 @@ async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: R
                 yield chunk(c, delta)
             if ev.kind is EventKind.DONE:
                 stats[i] = ev.stats
-                yield chunk(c, {}, c.finish_reason(ev.finish_reason))
+                last = chunk(c, {}, c.finish_reason(ev.finish_reason))
+                last["choices"][0].update(stop_fields(ev))
+                yield last
         if body.include_usage:
             use = shape.choices_usage(stats)
             yield shape.usage_chunk(rid, name, created, "chat.completion.chunk", use)

@@ -138,6 +138,7 @@ def _joined(events: list[StreamEvent]) -> StreamEvent:
         token_ids=tuple(t for e in events for t in e.token_ids),
         logprobs=tuple(lp for e in events for lp in e.logprobs),
         finish_reason=last.finish_reason or "stop",
+        stop_sequence=last.stop_sequence,
         stats=last.stats,
     )
 

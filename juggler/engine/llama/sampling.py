@@ -93,12 +93,15 @@ class StopMatcher:
     `feed(text)` returns `(emit, stopped)`: `emit` is text that can safely be sent now;
     when `stopped` is True the output ends before the stop string (which is not sent).
     `flush()` returns whatever is still held back when generation ends for another reason.
+    `matched` is the stop string that ended the output (the first listed of those found
+    at the earliest place), once one has.
     """
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = tuple(s for s in stops if s)
         self._held = ""
         self.is_matched = False
+        self.matched: str | None = None
 
     def feed(self, text: str) -> tuple[str, bool]:
         if not self._stops:
@@ -108,7 +111,7 @@ class StopMatcher:
         for stop in self._stops:
             at = buf.find(stop)
             if at != -1 and (first == -1 or at < first):
-                first = at
+                first, self.matched = at, stop
         if first != -1:
             self._held = ""
             self.is_matched = True

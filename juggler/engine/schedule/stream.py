@@ -67,6 +67,8 @@ class StreamEvent:
     #: The tokens' log-probabilities, when the request asked for them.
     logprobs: tuple[TokenLogprob, ...] = ()
     finish_reason: str | None = None
+    #: The stop string that ended the generation (a DONE event's), if one did.
+    stop_sequence: str | None = None
     stats: RequestStats | None = None
     error: JugglerError | None = None
 

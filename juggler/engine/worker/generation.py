@@ -246,4 +246,11 @@ class Generations:
         if error is not None:
             g.sink.finish(StreamEvent(EventKind.ERROR, text=tail, error=error, stats=stats))
         else:
-            g.sink.finish(StreamEvent(EventKind.DONE, text=tail, finish_reason=reason, stats=stats))
+            done = StreamEvent(
+                EventKind.DONE,
+                text=tail,
+                finish_reason=reason,
+                stop_sequence=g.stop.matched,
+                stats=stats,
+            )
+            g.sink.finish(done)

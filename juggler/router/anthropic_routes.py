@@ -1,0 +1,100 @@
+"""Anthropic's Messages API: `POST /v1/messages` (streaming or not) and `POST
+/v1/messages/count_tokens`, under both /v1 and /api/v1.
+
+A thin dialect, as Ollama's: the body is validated (`juggler.api.anthropic`) and turned
+into the OpenAI chat body every backend speaks (`juggler.api.anthropic_chat`); the model
+is found as the OpenAI routes find it (a catalog model, auto-loaded; a LoRA adapter runs
+on its base model); the backend is always asked to stream with usage, and the router
+translates its chunks (`anthropic_answer`). Errors take Anthropic's shape
+(`router.app.error_response`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from juggler.api import sse
+from juggler.api.anthropic import MessagesRequest, PromptBody, validated
+from juggler.api.anthropic_chat import chat_body, prompt_fields
+from juggler.router import anthropic_answer as aa
+from juggler.router.bodies import read_json
+from juggler.router.deps import state_of
+from juggler.router.openapi import body_of
+
+router = APIRouter()
+CHAT_PATH = "/v1/chat/completions"
+
+
+async def _forward(request: Request, model: str, chat: dict[str, Any]) -> Response:
+    """Send the chat body to the model's backend (a LoRA adapter runs on its base)."""
+    state = state_of(request)
+    target = state.adapters.route(model, chat)
+    end = state.adapters.hold(target)
+    try:
+        return await state.proxy.forward(
+            target.model, CHAT_PATH, chat, client_request=request, on_release=end
+        )
+    except BaseException:
+        end()
+        raise
+
+
+@router.post("/messages", openapi_extra=body_of(MessagesRequest))
+async def messages(request: Request) -> Response:
+    body = validated(MessagesRequest, await read_json(request))
+    chat = {
+        **chat_body(body),
+        "model": body.model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    response = await _forward(request, body.model, chat)
+    if not isinstance(response, StreamingResponse):
+        raise aa.backend_error(response)
+    chunks: Any = response.body_iterator
+    answer = aa.MessageEvents(body.model, body.max_tokens)
+    if body.stream:
+        stream = _closing(chunks, lambda events: aa.sse_events(aa.events_of(answer, events)))
+        return StreamingResponse(
+            stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+    events = sse.read_data(chunks)
+    try:
+        message = await aa.whole(aa.events_of(answer, events), request)
+    finally:
+        await events.aclose()
+        await chunks.aclose()  # the relay releases its lease and the backend response
+    return JSONResponse(message)
+
+
+async def _closing(
+    chunks: Any, translate: Callable[[AsyncIterator[dict[str, Any]]], AsyncIterator[bytes]]
+) -> AsyncIterator[bytes]:
+    """`translate(events)`, closing the backend relay however the stream ends (done, or
+    the client went away), so that its lease is released at once."""
+    events = sse.read_data(chunks)
+    try:
+        async for piece in translate(events):
+            yield piece
+    finally:
+        await events.aclose()
+        await chunks.aclose()
+
+
+@router.post("/messages/count_tokens", openapi_extra=body_of(PromptBody))
+async def count_tokens(request: Request) -> dict[str, int]:
+    """The prompt's tokens, as the model's chat template and tools make them: the backend
+    renders the prompt and generates one token (the prompt's KV stays in its prefix cache,
+    so the request that follows does not compute it again)."""
+    body = validated(PromptBody, await read_json(request))
+    chat = {**prompt_fields(body), "model": body.model, "max_tokens": 1}
+    response = await _forward(request, body.model, chat)
+    if response.status_code != 200:
+        raise aa.backend_error(response)
+    used = json.loads(bytes(response.body)).get("usage") or {}
+    return {"input_tokens": int(used.get("prompt_tokens") or 0)}
