@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
 from juggler.api.openai import configure_limits
 from juggler.config import KEYS, ConfigError, Settings, set_value, validate
@@ -70,12 +71,19 @@ NEXT_LOAD = frozenset(
     }
 )
 
+
+def _optional(info: FieldInfo) -> tuple[Any, Any]:
+    """A setting's type and bounds, optional (the document drops the null default)."""
+    inner: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    return inner, Field(None, description=info.description)
+
+
 #: The body of /internal/set: any setting but the file-only ones (values are checked
 #: as the config file's are).
 SetRequest: type[BaseModel] = create_model(  # type: ignore[call-overload]
     "SetRequest",
     __config__=ConfigDict(extra="forbid"),
-    **{key: (Any, None) for key in KEYS if key not in FILE_ONLY},
+    **{key: _optional(Settings.model_fields[key]) for key in KEYS if key not in FILE_ONLY},
 )
 
 

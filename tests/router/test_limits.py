@@ -94,9 +94,36 @@ def test_405_names_the_allowed_methods_and_metrics_is_documented_as_text(
     r = client.delete("/v1/chat/completions")
     assert r.status_code == 405 and r.headers["allow"] == "POST"
     assert r.json()["error"]["code"] == "method_not_allowed"
+    r = client.post("/v1/responses/resp_x")  # two routes share the path: both listed
+    assert r.status_code == 405 and r.headers["allow"] == "DELETE, GET"
     doc = client.get("/openapi.json").json()
     content = doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
     assert list(content) == ["text/plain"]
+
+
+def test_the_document_states_what_handlers_require_and_every_error_status(
+    client: TestClient,
+) -> None:
+    """Issue 27: "every status an operation returns is documented, required fields are
+    required". The client fixture's server has no default model: `model` is required."""
+    doc = client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    chat = schemas["ChatRequest"]
+    assert "model" in chat["required"] and chat["properties"]["model"]["minLength"] == 1
+    assert {"required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}} in (
+        schemas["NameBody"]["anyOf"]
+    )
+    chat_op = doc["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert {"200", "400", "401", "403", "404", "413", "415", "429", "500", "503"} <= set(chat_op)
+    health = doc["paths"]["/api/v1/health"]["get"]["responses"]
+    assert {"400", "401", "403", "503"} <= set(health) and "413" not in health
+    assert "HTTPValidationError" not in schemas  # FastAPI's 422 is never answered
+
+
+def test_with_a_default_model_the_model_field_may_be_left_out(tmp_path: Path) -> None:
+    app = create_app(Settings(model=DEFAULT_MODEL), Registry(tmp_path / "home"))
+    chat = app.openapi()["components"]["schemas"]["ChatRequest"]
+    assert "model" not in chat.get("required", [])
 
 
 def test_a_load_past_the_trained_context_is_refused_before_a_process_starts(
