@@ -23,6 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from juggler import __version__
 from juggler.api.anthropic import error_body as anthropic_error
 from juggler.api.anthropic import is_anthropic_path
+from juggler.api.openai import configure_limits
 from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound, render
 from juggler.logbook import LogBook, RingHandler
@@ -58,7 +59,7 @@ from juggler.router.middleware import (
     RequestIdMiddleware,
     request_id_of,
 )
-from juggler.router.openapi import document_request_bodies
+from juggler.router.openapi import allowed_methods, document_request_bodies
 from juggler.router.pins import PinBook
 from juggler.router.proxy import ClientGone, Proxy
 
@@ -109,6 +110,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     calls `drain.begin(loop)` when asked to stop (see `juggler serve`)."""
     registry = registry or Registry()
     drain = Drain(settings.drain_timeout)
+    configure_limits(max_inputs=settings.max_inputs, max_messages=settings.max_messages)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -203,11 +205,12 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         else:
             error = JugglerError(str(exc.detail))
             error.status = exc.status_code
-        # 405 carries Allow (RFC 9110), as Starlette sets it.
-        allow = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"}
+        allow: dict[str, str] = {}
+        if exc.status_code == 405:  # Allow lists every route of the path (RFC 9110)
+            allow["Allow"] = ", ".join(allowed_methods(app, request.scope))
         return error_response(request, error, allow)
 
-    document_request_bodies(app)
+    document_request_bodies(app, default_model=settings.model)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, unlimited=("/api/blobs/",)
     )
