@@ -38,6 +38,7 @@ from juggler.router import (
     logs_route,
     memory_routes,
     metrics_route,
+    model_options,
     model_routes,
     ollama_create,
     ollama_models,
@@ -152,6 +153,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     app = FastAPI(title="Juggler", version=__version__, lifespan=lifespan)
     app.state.drain = drain
     for prefix in API_PREFIXES:
+        app.include_router(model_options.router, prefix=prefix)  # before models/{id:path}
         app.include_router(openai_routes.router, prefix=prefix)
         app.include_router(anthropic_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)

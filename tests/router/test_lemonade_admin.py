@@ -54,3 +54,93 @@ def test_pin_refuses_bad_bodies_in_lemonade_words(
 def test_pin_takes_model_as_model_name(client: TestClient) -> None:
     r = client.post("/internal/pin", json={"model": SMOL, "pinned": True})
     assert r.status_code == 404 and r.json()["error"]["message"] == f"Model not loaded: {SMOL}"
+
+
+def options_url(model: str = SMOL) -> str:
+    return f"/api/v1/models/{model}/options"
+
+
+def test_options_are_saved_without_loading_and_shown_in_layers(client: TestClient) -> None:
+    """lemonade.md, `GET/POST /v1/models/{id}/options`: "Save recipe options for a model
+    without loading it"; "`effective` is the exact request body a `POST /v1/load` for
+    this model uses right now"; "`defaults` is what a reset model would get"; "a
+    `model_name` in the body is ignored"; "Saving never loads or reloads the model"."""
+    before = client.get(options_url()).json()
+    assert before["saved"] == {} and before["model_name"] == SMOL
+    assert before["recipe"] == "llamacpp" and before["effective"] == before["defaults"]
+    assert before["defaults"]["ctx_size"] == 2048 == before["resolved_ctx_size"]
+    assert "pinned" not in before["effective"] and "pinned" not in before["defaults"]
+    r = client.post(options_url(), json={"ctx_size": 8192, "model_name": SMOL})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["saved"] == {"ctx_size": 8192}
+    assert data["effective"]["ctx_size"] == 8192 == data["resolved_ctx_size"]
+    assert data["effective"]["model_name"] == SMOL and data["defaults"]["ctx_size"] == 2048
+    assert client.get(f"/api/v1/models/{SMOL}").json()["recipe_options"] == {"ctx_size": 8192}
+    assert client.get("/api/v1/health").json()["all_models_loaded"] == []
+
+
+def test_options_merge_clear_on_null_and_reset_on_delete(client: TestClient) -> None:
+    """lemonade.md: "The request merges into the model's saved entry, so keys you don't
+    mention are left alone. `null` removes an option ... `DELETE` removes every saved
+    option at once" ("with `saved` now `{}`")."""
+    client.post(options_url(), json={"ctx_size": 4096})
+    both = client.post(options_url(), json={"llamacpp_args": "--workers 2"}).json()
+    assert both["saved"] == {"ctx_size": 4096, "llamacpp_args": "--workers 2"}
+    assert client.post(options_url(), json={"llamacpp_args": ""}).json()["saved"] == {
+        "ctx_size": 4096
+    }
+    cleared = client.post(options_url(), json={"ctx_size": None}).json()
+    assert cleared["saved"] == {} and cleared["effective"]["ctx_size"] == 2048
+    client.post(options_url(), json={"ctx_size": 4096, "auto_evict": True})
+    reset = client.delete(options_url())
+    assert reset.status_code == 200 and reset.json()["saved"] == {}
+    assert reset.json()["effective"] == reset.json()["defaults"]
+
+
+def test_dry_run_resolves_without_saving_and_still_validates(client: TestClient) -> None:
+    """lemonade.md: "`dry_run: true` validates and resolves the request identically but
+    persists nothing: `effective` and `resolved_ctx_size` describe the state the save
+    would produce, while `saved` keeps reporting the entry on disk"."""
+    preview = client.post(options_url(), json={"ctx_size": 4096, "dry_run": True}).json()
+    assert preview["effective"]["ctx_size"] == 4096 == preview["resolved_ctx_size"]
+    assert preview["saved"] == {} and client.get(options_url()).json()["saved"] == {}
+    assert client.post(options_url(), json={"ctx_size": 0, "dry_run": True}).status_code == 400
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"nonsense": 1}',
+        '{"steps": 30}',
+        '{"ctx_size": "big"}',
+        '{"ctx_size": "8192"}',
+        '{"ctx_size": ""}',
+        '{"ctx_size": "auto"}',
+        '{"ctx_size": -5}',
+        '{"ctx_size": 0}',
+        '{"ctx_size": 4096.5}',
+        '{"ctx_size": -1}',
+        '{"auto_evict": "sometimes"}',
+        '{"pinned": true}',
+        '{"llamacpp_args": "--no-such-flag"}',
+        '{"ctx_size": 1e400}',
+        '{"ctx_size": 18446744073709551615}',
+        '{"ctx_size": 4096, "dry_run": "yes"}',
+    ],
+)
+def test_bad_options_are_400s_and_nothing_is_saved(client: TestClient, body: str) -> None:
+    """lemonade.md: "A `400` reports an unrecognized option name, an option from a
+    different recipe, a value of the wrong type, or an invalid `ctx_size`, and nothing
+    from that request is saved"; "`pinned` is not settable here". Juggler sizes no
+    context by itself, so `-1` (automatic) is refused as well."""
+    client.post(options_url(), json={"ctx_size": 1024})
+    r = client.post(options_url(), content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "error" in r.json()
+    assert client.get(options_url()).json()["saved"] == {"ctx_size": 1024}
+
+
+def test_options_of_an_unknown_model_are_404(client: TestClient) -> None:
+    assert client.get(options_url("ThisModelDoesNotExist")).status_code == 404
+    assert client.post(options_url("Nope"), json={"ctx_size": 1024}).status_code == 404

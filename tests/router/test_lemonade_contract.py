@@ -217,3 +217,24 @@ def test_a_pin_survives_a_watchdog_reload(server: RunningServer) -> None:
         assert new["pinned"] is True and new["recipe_options"]["ctx_size"] == 640
         c.post("/internal/pin", json={"model_name": DEFAULT_MODEL, "pinned": False})
         c.post("/api/v1/unload", json={})
+
+
+def test_effective_options_replay_as_the_same_load(server: RunningServer) -> None:
+    """lemonade.md: "`effective` is the exact request body a `POST /v1/load` for this
+    model uses right now" (Lemonade's suite: replaying `effective` after the saved
+    options are erased "must resolve to the same load": the same pid)."""
+    url = f"/api/v1/models/{DEFAULT_MODEL}/options"
+    with server.client() as c:
+        c.post("/api/v1/unload", json={})
+        saved = c.post(url, json={"ctx_size": 896, "llamacpp_args": "--workers 1"})
+        assert saved.status_code == 200, saved.text
+        assert loaded(server, DEFAULT_MODEL) is None, "saving never loads"
+        effective = c.get(url).json()["effective"]
+        assert c.post("/api/v1/load", json={"model_name": DEFAULT_MODEL}).status_code == 200
+        before = loaded(server, DEFAULT_MODEL)
+        assert before is not None and before["recipe_options"]["ctx_size"] == 896
+        assert c.delete(url).json()["saved"] == {}
+        assert c.post("/api/v1/load", json=effective).status_code == 200
+        after = loaded(server, DEFAULT_MODEL)
+        assert after is not None and after["pid"] == before["pid"]
+        c.post("/api/v1/unload", json={})
