@@ -26,6 +26,24 @@ def test_the_bound_is_a_lower_bound_on_tokens() -> None:
     assert prompt_refusal(chat, {"messages": msgs * 3}, 0) is None  # unknown context
 
 
+def test_session_inputs_and_responses_inputs_are_bounded_too() -> None:
+    """A session's input and the Responses API's input are rendered by the backend too."""
+    msgs = [{"role": "user", "content": "x" * 64}] * 10
+    session = "/v1/sessions/s1/input"
+    assert min_tokens(session, {"messages": msgs}) == 10 + 640 // MAX_CHARS_PER_TOKEN
+    assert min_tokens(session, {"text": "y" * 3200}) == 100
+    responses = "/v1/responses"
+    assert min_tokens(responses, {"input": "z" * 320, "instructions": "w" * 320}) == 20
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q" * 96}]}
+    ]
+    assert min_tokens(responses, {"input": items * 4}) == 4 + 384 // MAX_CHARS_PER_TOKEN
+    refused = prompt_refusal(responses, {"input": items * 400}, 1000)
+    assert refused is not None and refused.param == "input"
+    refused = prompt_refusal(session, {"messages": msgs * 200}, 1000)
+    assert refused is not None and refused.param == "messages"
+
+
 @pytest.mark.slow
 def test_a_huge_chat_is_refused_at_once_and_a_normal_one_is_not_held_up(
     chat_server: RunningServer,
