@@ -1,5 +1,6 @@
 """Lemonade's model installation routes: `/api/v1/pull` (JSON, or server-sent events
-with `stream: true`) and `/api/v1/delete`.
+with `stream: true`), `/api/v1/models/register` (a registration, nothing downloaded) and
+`/api/v1/delete`.
 
 pull (Lemonade's server_spec):
 - a catalog name installs that model (a Hugging Face checkpoint is downloaded; a
@@ -27,10 +28,11 @@ from juggler.api import sse
 from juggler.errors import BadRequest, CheckpointMissing, ModelNotFound, render
 from juggler.registry.checkpoint import LocalRef, is_available, parse_checkpoint, remove_downloaded
 from juggler.router.bodies import parse
+from juggler.router.catalog_view import model_entry
 from juggler.router.deps import RouterState, state_of
 from juggler.router.openapi import body_of
 from juggler.router.pulls import EventKind, hf_ref_of, known_model, pull_events, run_pull
-from juggler.router.schemas import DeleteRequest, PullRequest
+from juggler.router.schemas import DeleteRequest, PullRequest, RegisterRequest
 from juggler.router.security import check_registration
 
 router = APIRouter()
@@ -132,6 +134,37 @@ async def _sse(ref: Any, register: Callable[[], None]) -> AsyncIterator[bytes]:
         elif event.error is not None:
             err = render(event.error)["error"]
             yield sse.event("error", {"error": err["message"], "code": err["code"]})
+
+
+@router.post("/models/register", openapi_extra=body_of(RegisterRequest))
+async def register(request: Request) -> dict[str, Any]:
+    """Lemonade: "Register or update a `user.*` model definition without downloading model
+    files"; pull remains the install. The same rules as pull's registration apply (name,
+    recipe, who may register a local file or a command; a local file must exist)."""
+    state = state_of(request)
+    body, _ = await parse(request, RegisterRequest)
+    checkpoint = body.main_checkpoint()
+    state.registry.check_new_name(body.model_name)
+    check_registration(
+        state.settings,
+        is_admin=is_admin(request),
+        is_local_owner=is_local_owner(request),
+        recipe=body.recipe,
+        checkpoint=checkpoint,
+        command=None,
+    )
+    local = parse_checkpoint(checkpoint) if checkpoint else None
+    if isinstance(local, LocalRef) and not local.path.is_file():
+        raise CheckpointMissing(f"model file not found: {local.path}", param="checkpoint")
+    info = state.registry.add_user_model(
+        body.model_name, checkpoint=checkpoint, recipe=body.recipe, labels=tuple(body.labels)
+    )
+    return {
+        "status": "success",
+        "model_name": info.name,
+        "canonical_model_name": info.name,
+        "model": model_entry(info, state.pins.saved_options(info.name)),
+    }
 
 
 @router.post("/delete", openapi_extra=body_of(DeleteRequest))

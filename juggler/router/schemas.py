@@ -132,6 +132,47 @@ class PullRequest(BaseModel):
         return self.checkpoint
 
 
+class RegisterRequest(BaseModel):
+    """Lemonade's `POST /api/v1/models/register`: one `user.*` model definition, nothing
+    downloaded. Collections (`components`) and ModelScope are not built: refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_name: StrictStr
+    recipe: StrictStr
+    checkpoint: StrictStr = ""
+    #: Lemonade's named checkpoints: only `main` (Juggler has no multi-file models).
+    checkpoints: dict[StrictStr, StrictStr] | None = None
+    source: StrictStr | None = None
+    labels: list[StrictStr] = Field(default_factory=list)
+    components: list[StrictStr] | None = None
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _main_only(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        return PullRequest._main_only(v)
+
+    @field_validator("source")
+    @classmethod
+    def _huggingface(cls, v: str | None) -> str | None:
+        if v not in (None, "huggingface"):
+            raise ValueError(f"source {v!r} is not supported: Juggler pulls from Hugging Face")
+        return v
+
+    @field_validator("components")
+    @classmethod
+    def _no_collections(cls, v: list[str] | None) -> list[str] | None:
+        if v:
+            raise ValueError("collections (components) are not supported by Juggler")
+        return v
+
+    def main_checkpoint(self) -> str:
+        main = (self.checkpoints or {}).get("main", "")
+        if main and self.checkpoint and main != self.checkpoint:
+            raise BadRequest("checkpoint and checkpoints.main differ", param="checkpoint")
+        return main or self.checkpoint
+
+
 class DeleteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

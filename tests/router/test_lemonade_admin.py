@@ -144,3 +144,58 @@ def test_bad_options_are_400s_and_nothing_is_saved(client: TestClient, body: str
 def test_options_of_an_unknown_model_are_404(client: TestClient) -> None:
     assert client.get(options_url("ThisModelDoesNotExist")).status_code == 404
     assert client.post(options_url("Nope"), json={"ctx_size": 1024}).status_code == 404
+
+
+def test_register_defines_a_user_model_without_downloading_it(client: TestClient) -> None:
+    """lemonade.md, `POST /v1/models/register`: "Register or update a `user.*` model
+    definition without downloading model files"; it answers `status`, `model_name`,
+    `canonical_model_name` and `model` (`id`, `recipe`, `downloaded: false`)."""
+    body = {
+        "model_name": "user.Registered",
+        "recipe": "llamacpp",
+        "checkpoint": "example/register-endpoint-test:Q4_K_M",
+        "labels": ["test-register-endpoint"],
+    }
+    r = client.post("/api/v1/models/register", json=body)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["status"] == "success" and data["canonical_model_name"] == "user.Registered"
+    assert data["model"]["recipe"] == "llamacpp" and data["model"]["downloaded"] is False
+    listed = client.get("/api/v1/models?show_all=true").json()["data"]
+    entry = next(m for m in listed if m["id"] == data["model_name"])
+    assert entry["checkpoint"] == body["checkpoint"] and entry["downloaded"] is False
+    assert entry["labels"] == ["test-register-endpoint"]
+    assert not list((client.app.state.juggler.registry.home / "models").rglob("*"))  # type: ignore[attr-defined]
+    # Registering again updates the definition.
+    again = client.post("/api/v1/models/register", json={**body, "checkpoint": "example/x:Q8_0"})
+    assert again.json()["model"]["checkpoint"] == "example/x:Q8_0"
+    assert client.post("/api/v1/delete", json={"model_name": "user.Registered"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({}, "model_name"),
+        ({"model_name": "user.A", "checkpoint": "a/b:Q4"}, "recipe"),
+        ({"model_name": "Plain", "recipe": "llamacpp", "checkpoint": "a/b:Q4"}, "model_name"),
+        ({"model_name": "user.A", "recipe": "llamacpp"}, "checkpoint"),
+        ({"model_name": "user.A", "recipe": "sd-cpp", "checkpoint": "a/b:Q4"}, "recipe"),
+        (
+            {
+                "model_name": "user.A",
+                "recipe": "llamacpp",
+                "checkpoint": "a/b:Q4",
+                "source": "modelscope",
+            },
+            "source",
+        ),
+        ({"model_name": "user.C", "recipe": "collection.omni", "components": ["x"]}, "components"),
+        ({"model_name": "user.A", "recipe": "llamacpp", "models": []}, "models"),
+    ],
+)
+def test_register_refuses_what_it_cannot_register(
+    client: TestClient, body: dict[str, object], param: str
+) -> None:
+    r = client.post("/api/v1/models/register", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
