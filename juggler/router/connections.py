@@ -8,22 +8,53 @@ timer) closes a connection whose request headers have not all arrived within
 `client_header_timeout`, 60 s by default. Open connections are capped by uvicorn's
 `limit_concurrency` (`max_connections`: 503 beyond it), and `raise_fd_limit` lifts the
 process's descriptor limit above that cap at start, so idle sockets never starve the
-answers to everyone else.
+answers to everyone else. The 503 is a JSON error like every other answer (uvicorn's own
+is plain text), with `Retry-After`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import resource
 from typing import Any
 
+from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("juggler.router")
 
 #: Seconds a client has to send a request's headers (the `header_timeout_s` default).
 HEADER_TIMEOUT_S = 60.0
+
+
+_OVER_CAP = json.dumps(
+    {
+        "error": {
+            "message": "too many open connections (max_connections); retry later",
+            "type": "server_error",
+            "param": None,
+            "code": "overloaded",
+        }
+    }
+).encode()
+
+
+async def over_the_cap(scope: Any, receive: Any, send: Any) -> None:
+    """uvicorn's answer beyond `limit_concurrency`, as a JSON error."""
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(_OVER_CAP)).encode()),
+        (b"retry-after", b"1"),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": _OVER_CAP, "more_body": False})
+
+
+# The protocol module looks `service_unavailable` up when a request comes in over the cap.
+setattr(httptools_impl, "service_unavailable", over_the_cap)  # noqa: B010
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):

@@ -75,7 +75,9 @@ def test_idle_sockets_are_capped_and_the_server_keeps_answering(tmp_path: Path) 
         for _ in range(150):
             idle.append(connect(s.base_url))
         with httpx.Client(timeout=30) as c:
-            assert c.get(s.base_url + "/live").status_code == 503  # over the cap
+            over = c.get(s.base_url + "/live")  # over the cap: a JSON error
+            assert over.status_code == 503 and over.headers["retry-after"] == "1"
+            assert over.json()["error"]["code"] == "overloaded"
         for sock in idle:
             sock.close()
         idle.clear()
