@@ -175,6 +175,9 @@ class Manager:
         (nothing evicted), LoadFailed, SlotsPinned, BadRequest (a bad override)."""
         lease: Lease | None = await self._ask(lambda f: m.Acquire(model_name, None, f))
         if lease is None:
+            canonical = self.registry.get(model_name).name  # an alias names its model
+            if canonical != model_name:
+                return await self.acquire(canonical, overrides)
             merged = {**self._saved(model_name), **(overrides or {})}
             plan = await self._prepare(model_name, self.settings.model_options(merged or None))
             lease = await self._ask(lambda f: m.Acquire(model_name, plan, f))

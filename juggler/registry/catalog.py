@@ -9,6 +9,10 @@ only the router process writes that file (through `Registry.add_user_model` /
 Names (Lemonade's namespaces, and Ollama's for its dialect):
 - `user.NAME`: registered through Lemonade's `/api/v1/pull` (or `juggler pull`);
 - `extra.NAME` is reserved (Lemonade's models found in extra directories): never pulled;
+  so are `builtin.NAME`, `user.extra.NAME` and `user.builtin.NAME` (Lemonade's naming
+  spec); `builtin.NAME` names the built-in model NAME (its canonical alias);
+- aliases (`aliases.py`, Lemonade's `/internal/aliases`) name a model, maybe through
+  other aliases; a model's own name always wins;
 - Ollama's `/api/copy`, `/api/create` and `/api/pull hf.co/org/repo[:QUANT]` register
   names of Ollama's form (`[namespace/]name[:tag]`), as long as they do not shadow a
   built-in model or use a reserved prefix.
@@ -26,6 +30,7 @@ from typing import Any
 
 from juggler.config import juggler_home
 from juggler.errors import BadRequest, ModelNotFound
+from juggler.registry.aliases import BUILTIN_PREFIX, AliasBook, reserved_reason
 from juggler.registry.checkpoint import parse_checkpoint
 from juggler.registry.locks import edited_json
 from juggler.types import Device, ModelInfo
@@ -38,10 +43,6 @@ _OLLAMA_RE = re.compile(
 _HF_ALIAS_RE = re.compile(
     r"^hf\.co/(?P<repo>[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-]+)(?::(?P<quant>[A-Za-z0-9_.\-]+))?$"
 )
-#: Prefixes a pull never registers, with why.
-RESERVED_PREFIXES: dict[str, str] = {
-    "extra.": "extra.* names are reserved for models found in model directories",
-}
 KNOWN_RECIPES = (
     "llamacpp",
     "command",
@@ -95,13 +96,6 @@ def hf_alias_checkpoint(name: str) -> str | None:
     return match["repo"] + (f":{match['quant']}" if match["quant"] else "")
 
 
-def reserved_reason(name: str) -> str | None:
-    for prefix, why in RESERVED_PREFIXES.items():
-        if name.startswith(prefix):
-            return why
-    return None
-
-
 class Registry:
     """Looks up models by name. Reads the user file on every call so that a `juggler pull`
     from another process is seen without a restart."""
@@ -135,11 +129,29 @@ class Registry:
             raise ModelNotFound(f"model {name!r} not found", param="model")
         return found
 
-    def find(self, name: str) -> ModelInfo | None:
+    @property
+    def aliases(self) -> AliasBook:
+        return AliasBook((self.home or juggler_home()) / "aliases.json", self._is_model)
+
+    def _is_model(self, name: str) -> bool:
+        return self._own(name) is not None
+
+    def _own(self, name: str) -> ModelInfo | None:
+        """The model `name` names itself (a built-in's `builtin.NAME` included)."""
         if name in self._builtin:
             return self._builtin[name]
+        if name.startswith(BUILTIN_PREFIX) and name[len(BUILTIN_PREFIX) :] in self._builtin:
+            return self._builtin[name[len(BUILTIN_PREFIX) :]]
         entry = self._user_entries().get(name)
         return _info(name, entry) if entry is not None else None
+
+    def find(self, name: str) -> ModelInfo | None:
+        """The model `name` names: its own name, else an alias's model."""
+        own = self._own(name)
+        if own is not None:
+            return own
+        target = self.aliases.resolve(name)
+        return self._own(target) if target is not None else None
 
     def lookup(self, name: str) -> ModelInfo:
         """`get`, forgiving as Ollama clients need: an exact name, else without Ollama's

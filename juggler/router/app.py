@@ -33,6 +33,7 @@ from juggler.registry.catalog import Registry
 from juggler.router import (
     adapter_routes,
     admin_routes,
+    alias_routes,
     anthropic_routes,
     config_routes,
     logs_route,
@@ -165,6 +166,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(logs_route.router, prefix=prefix)
     app.include_router(adapter_routes.router)
     app.include_router(admin_routes.internal)
+    app.include_router(alias_routes.internal)
     app.include_router(config_routes.internal)
     app.include_router(memory_routes.internal)
     app.include_router(metrics_route.router)

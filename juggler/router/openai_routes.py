@@ -69,7 +69,10 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     if adapter is not None and state.registry.find(model_id) is None:
         return adapter_entry(adapter)
     info = state.registry.get(model_id)
-    return model_entry(info, state.pins.saved_options(info.name))
+    entry = model_entry(info, state.pins.saved_options(info.name))
+    if info.name != model_id and state.registry.aliases.resolve(model_id) is not None:
+        entry["id"] = model_id  # Lemonade: an alias is shown under its own name
+    return entry
 
 
 async def _generate(

@@ -59,7 +59,7 @@ def hf_ref_of(checkpoint: str) -> HfRef | None:
 def known_model(registry: Registry, name: str, *, ollama: bool = False) -> ModelInfo:
     """The model a pull by name installs: reserved prefixes are a 400, an unknown name a
     404 (`model_not_found`)."""
-    if why := reserved_reason(name):
+    if (why := reserved_reason(name)) and registry.find(name) is None:
         raise BadRequest(f"{name!r}: {why}", param="model_name")
     return registry.lookup(name) if ollama else registry.get(name)
 

@@ -199,3 +199,80 @@ def test_register_refuses_what_it_cannot_register(
     r = client.post("/api/v1/models/register", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_aliases_bind_resolve_chain_and_delete(client: TestClient) -> None:
+    """lemonade.md, `/internal/aliases`: `GET` lists `{alias, target, downloaded,
+    recipe}`, `POST {alias, target}` binds (`target` "also accepted as `model`"),
+    `DELETE` answers `{"status": "deleted"}`, "`404 Not Found` if the alias does not
+    exist"; Lemonade's suite: a model fetched by alias shows the alias as its `id`, and
+    "multi-hop chained alias resolution"."""
+    assert client.get("/internal/aliases").json() == {"aliases": []}
+    r = client.post("/internal/aliases", json={"alias": "my-alias", "target": SMOL})
+    assert r.json() == {"status": "ok", "alias": "my-alias", "target": SMOL}
+    hop = client.post("/internal/aliases", json={"alias": "hop", "model": "my-alias"})
+    assert hop.status_code == 200
+    for name in ("my-alias", "hop"):
+        got = client.get(f"/api/v1/models/{name}").json()
+        assert got["id"] == name and got["checkpoint"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    listed = client.get("/internal/aliases").json()["aliases"]
+    assert listed == [
+        {"alias": "hop", "target": "my-alias", "downloaded": True, "recipe": "llamacpp"},
+        {"alias": "my-alias", "target": SMOL, "downloaded": True, "recipe": "llamacpp"},
+    ]
+    assert client.delete("/internal/aliases/hop").json() == {"status": "deleted", "alias": "hop"}
+    assert client.get("/api/v1/models/hop").status_code == 404
+    assert client.delete("/internal/aliases/hop").status_code == 404
+    assert client.get("/api/v1/models/my-alias").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"target": SMOL}, "alias"),
+        ({"alias": "a"}, "target"),
+        ({"alias": "a", "target": "no-such-model"}, "target"),
+        ({"alias": SMOL, "target": "Gemma-3-270M-GGUF"}, "alias"),
+        ({"alias": "builtin.x", "target": SMOL}, "alias"),
+        ({"alias": "extra.x", "target": SMOL}, "alias"),
+        ({"alias": "a", "target": SMOL, "pinned": True}, "pinned"),
+    ],
+)
+def test_bad_aliases_are_400s(client: TestClient, body: dict[str, object], param: str) -> None:
+    """lemonade.md: "Returns HTTP `400 Bad Request` if required fields are missing or
+    invalid"; an alias never shadows a model and never uses a reserved prefix."""
+    r = client.post("/internal/aliases", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+    assert client.get("/internal/aliases").json() == {"aliases": []}
+
+
+def test_an_alias_loop_is_refused(client: TestClient) -> None:
+    client.post("/internal/aliases", json={"alias": "a", "target": SMOL})
+    client.post("/internal/aliases", json={"alias": "b", "target": "a"})
+    r = client.post("/internal/aliases", json={"alias": "a", "target": "b"})
+    assert r.status_code == 400
+    assert client.get("/api/v1/models/b").json()["id"] == "b"
+
+
+def test_builtin_canonical_names_resolve_to_the_bare_model(client: TestClient) -> None:
+    """Lemonade's naming spec: "builtin.<name> resolves to the same model as the bare
+    name"; "When the built-in is the precedence-winner ... the API emits the bare id"."""
+    bare = client.get(f"/api/v1/models/{SMOL}").json()
+    canonical = client.get(f"/api/v1/models/builtin.{SMOL}")
+    assert canonical.status_code == 200
+    assert canonical.json()["id"] == SMOL and canonical.json()["checkpoint"] == bare["checkpoint"]
+    assert client.get("/api/v1/models/builtin.NoSuchModel").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "name", ["extra.Rejected", "builtin.Rejected", "user.builtin.Hijack", "user.extra.Hijack"]
+)
+def test_pull_and_register_refuse_reserved_prefixes(client: TestClient, name: str) -> None:
+    """Lemonade's naming spec: "/pull rejects extra.* / builtin.* model names, including
+    as the bare-name part of a user.* alias (e.g. user.builtin.Foo)"; the answer says
+    "reserved"."""
+    body = {"model_name": name, "checkpoint": "acme/tiny-GGUF:Q8_0", "recipe": "llamacpp"}
+    for route in ("/api/v1/pull", "/api/v1/models/register"):
+        r = client.post(route, json=body)
+        assert r.status_code == 400, r.text
+        assert "reserved" in r.text.lower()

@@ -238,3 +238,20 @@ def test_effective_options_replay_as_the_same_load(server: RunningServer) -> Non
         after = loaded(server, DEFAULT_MODEL)
         assert after is not None and after["pid"] == before["pid"]
         c.post("/api/v1/unload", json={})
+
+
+def test_an_alias_serves_requests_with_its_model(server: RunningServer) -> None:
+    """lemonade.md: `POST /internal/aliases` "Binds a model alias to a target model
+    name": a request naming the alias is served by the model (one backend, under the
+    model's own name)."""
+    with server.client() as c:
+        assert c.post(
+            "/internal/aliases", json={"alias": "chatty", "target": DEFAULT_MODEL}
+        ).is_success
+        assert c.post("/api/v1/load", json={"model_name": DEFAULT_MODEL}).status_code == 200
+        pid = loaded(server, DEFAULT_MODEL)["pid"]  # type: ignore[index]
+        body = {"model": "chatty", "messages": HELLO, "max_tokens": 2}
+        assert c.post("/api/v1/chat/completions", json=body).status_code == 200
+        names = [m["model_name"] for m in server.health()["all_models_loaded"]]  # type: ignore[attr-defined]
+        assert names == [DEFAULT_MODEL] and loaded(server, DEFAULT_MODEL)["pid"] == pid  # type: ignore[index]
+        c.delete("/internal/aliases/chatty")
