@@ -12,7 +12,9 @@ pull (Lemonade's server_spec):
 - `stream: true`: `event: progress` (file, file_index, total_files, bytes_downloaded,
   bytes_total, percent), then `event: complete` or `event: error`.
 delete: unloads the model if loaded, removes what pull downloaded and a registration;
-a packaged model cannot be deleted (400); an unknown or not downloaded one is a 404.
+a packaged model cannot be deleted (400); a catalog model that is not downloaded is a
+404; a name no model has is a 422 (Lemonade's suite: "Should return 422 Unprocessable
+Entity").
 """
 
 from __future__ import annotations
@@ -167,10 +169,18 @@ async def register(request: Request) -> dict[str, Any]:
     }
 
 
+class UnknownModel(ModelNotFound):
+    """Lemonade's delete of a model it does not know: 422 Unprocessable Entity."""
+
+    status = 422
+
+
 @router.post("/delete", openapi_extra=body_of(DeleteRequest))
 async def delete(request: Request) -> dict[str, Any]:
     state = state_of(request)
     body, _ = await parse(request, DeleteRequest)
+    if state.registry.find(body.model_name) is None:
+        raise UnknownModel(f"model {body.model_name!r} not found", param="model_name")
     await delete_model(state, body.model_name)
     return {"status": "success", "message": f"Deleted model: {body.model_name}"}
 

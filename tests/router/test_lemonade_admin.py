@@ -276,3 +276,13 @@ def test_pull_and_register_refuse_reserved_prefixes(client: TestClient, name: st
         r = client.post(route, json=body)
         assert r.status_code == 400, r.text
         assert "reserved" in r.text.lower()
+
+
+def test_deleting_an_unknown_model_is_422(client: TestClient) -> None:
+    """Issue 24: "`DELETE` of an unknown model -> 422" (Lemonade's suite: "Test that
+    deleting a non-existent model returns error ... Should return 422 Unprocessable
+    Entity")."""
+    r = client.post("/api/v1/delete", json={"model_name": "NonExistentModel-XYZ-123"})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "model_name"
+    # Ollama's delete keeps Ollama's 404.
+    assert client.request("DELETE", "/api/delete", json={"model": "NonExistent"}).status_code == 404

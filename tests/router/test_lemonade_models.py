@@ -160,7 +160,7 @@ def test_delete_removes_downloads_and_registrations_with_lemonade_codes(
     assert client.get(f"/api/v1/models/{QWEN}").json()["downloaded"] is False
     assert not list((tmp_path / "home" / "models").rglob("*.gguf"))
     assert client.post("/api/v1/delete", json={"model_name": QWEN}).status_code == 404
-    assert client.post("/api/v1/delete", json={"model_name": "nope"}).status_code == 404
+    assert client.post("/api/v1/delete", json={"model_name": "nope"}).status_code == 422
     packaged = client.post("/api/v1/delete", json={"model_name": "SmolLM2-135M-Instruct-GGUF"})
     assert packaged.status_code == 400
     client.post("/api/v1/pull", json={"model_name": "user.t", "checkpoint": "acme/tiny-GGUF:Q8_0"})
