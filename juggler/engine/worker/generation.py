@@ -148,7 +148,14 @@ class Generations:
             if g.spec is not None:
                 g.spec.verified(len(drafts), kept)
         if s.generation is g and g.spec is not None:
-            g.spec.propose(s, g, self.n_ctx, self.cost, self.kv.table.num_running())
+            # Room: what the generation may still produce after the pending token (a fully
+            # accepted draft also yields one more sampled token), and the sequence's cells.
+            left = min(g.max_new_tokens - g.num_generated, self.n_ctx - s.n_past - len(s.pending))
+            num_seqs = self.kv.table.num_running()
+            draft = g.spec.propose(s.tokens, s.pending, left - 1, self.cost, num_seqs)
+            if draft:
+                s.pending.extend(draft)
+                s.num_draft = len(draft)
 
     def on_sampled(
         self, s: Session, token: int, logits: Callable[[], Logits], *, in_kv: bool = False

@@ -1,14 +1,15 @@
 """One generation's speculative decoding state, on its worker thread (the lookup, the
 acceptance estimate and the cost model are `schedule.drafts`).
 
-`Speculation.propose(s, ...)` runs after a token was sampled for `s` (its only pending
-token): it brings the n-gram index up to what the sequence holds, looks up a draft,
-decides how much of it pays now (`drafts.draft_length`, from how often this sequence's
-drafts from matches that long were kept and what a decode costs on this worker) and
-appends that to `s.pending`
-(`s.num_draft` says how many of the pending tokens are draft). The decoder decodes the
-sampled token and the drafts in one chunk, samples each row in order, and reports how
-many drafts the samples kept (`verified`).
+`Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
+session (its only pending token): it brings the n-gram index up to what the sequence
+holds, looks up a draft, decides how much of it pays now (`drafts.draft_length`, from how
+often this sequence's drafts from matches that long were kept and what a decode costs on
+this worker) and returns that; `Generations` appends it to the session's `pending`
+(`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
+the sampled token and the drafts in one chunk, samples each row in order, and reports
+how many drafts the samples kept (`verified`). It reads token lists only: it knows
+nothing of sessions.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from juggler.engine.schedule.drafts import (
     NgramIndex,
     draft_length,
 )
-from juggler.engine.worker.session import Generation, Session
 
 
 @dataclass(eq=False)
@@ -43,18 +43,14 @@ class Speculation:
     _drafted_from: Acceptance | None = None
 
     def propose(
-        self, s: Session, g: Generation, n_ctx: int, cost: DecodeCost, num_seqs: int
-    ) -> int:
-        """Append a draft after `s`'s sampled token; returns its length (0: none)."""
-        # Room: what the generation may still produce after the pending token (a fully
-        # accepted draft also yields one more sampled token), and the sequence's cells.
-        room = min(
-            self.max_len,
-            g.max_new_tokens - g.num_generated - 1,
-            n_ctx - (s.n_past + len(s.pending)) - 1,
-        )
+        self, tokens: list[int], pending: list[int], room: int, cost: DecodeCost, num_seqs: int
+    ) -> list[int]:
+        """The draft to append after the sampled token (`pending`, after the sequence's
+        `tokens`): at most `room` tokens, what the generation and the sequence's cells
+        still hold after it (empty: none)."""
+        room = min(self.max_len, room)
         if room <= 0:
-            return 0
+            return []
         self.since_draft += 1
         fixed, per_row = cost.fit()
 
@@ -65,32 +61,29 @@ class Speculation:
         # sequence that starts quoting after a while is noticed.
         probe = self.since_draft >= PROBE_EVERY and pays(0.99, 1) > 0
         if not probe and pays(max(a.rate for a in self.acceptance), room) == 0:
-            return 0  # no draft could pay now, whatever it matched: skip the lookup
-        draft, match = self._index(s).draft(room)
+            return []  # no draft could pay now, whatever it matched: skip the lookup
+        draft, match = self._index(tokens, pending).draft(room)
         if not draft:
-            return 0
+            return []
         acceptance = self.acceptance[bisect.bisect_right(MATCH_CLASSES, match)]
         want = pays(acceptance.rate, len(draft))
         if want == 0:
             if not probe:
-                return 0
+                return []
             want = 1
-        draft = draft[:want]
         self.since_draft = 0
         self._drafted_from = acceptance
-        s.pending.extend(draft)
-        s.num_draft = len(draft)
-        return len(draft)
+        return draft[:want]
 
-    def _index(self, s: Session) -> NgramIndex:
+    def _index(self, tokens: list[int], pending: list[int]) -> NgramIndex:
         """The index, brought up to the sequence's tokens and its sampled token."""
         if self.index is None:
-            self.index = NgramIndex(s.tokens)
-        n, n_tokens = len(self.index), len(s.tokens)
+            self.index = NgramIndex(tokens)
+        n, n_tokens = len(self.index), len(tokens)
         if n < n_tokens:
-            self.index.extend(s.tokens[n:])
+            self.index.extend(tokens[n:])
             n = n_tokens
-        self.index.extend(s.pending[n - n_tokens :])
+        self.index.extend(pending[n - n_tokens :])
         return self.index
 
     def verified(self, drafted: int, accepted: int) -> None:
