@@ -1,19 +1,42 @@
 """What a worker publishes after every tick for /stats, /health and /metrics: one
-immutable `WorkerSnapshot` read from its parts (on the worker thread)."""
+immutable `WorkerSnapshot` read from its parts (on the worker thread).
+
+It reads a `WorkerParts`, the parts it needs by name; `worker.Worker` is one (the
+worker imports this module, never the other way round)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from juggler.engine.worker.config import WorkerSnapshot
 
 if TYPE_CHECKING:
+    from juggler.engine.worker.adapters import AdapterSet
+    from juggler.engine.worker.context_slot import ContextSlot
+    from juggler.engine.worker.decoder import Decoder
+    from juggler.engine.worker.downsize import SoftIdle
+    from juggler.engine.worker.generation import Generations
+    from juggler.engine.worker.kv import KvBook
     from juggler.engine.worker.session import Session
-    from juggler.engine.worker.worker import Worker
+    from juggler.engine.worker.session_api import SessionApi
+    from juggler.engine.worker.table import SessionTable
 
 
-def take_snapshot(w: Worker) -> WorkerSnapshot:
+class WorkerParts(Protocol):
+    """The parts of a worker that a snapshot reads."""
+
+    table: SessionTable
+    kv: KvBook
+    api: SessionApi
+    ctx: ContextSlot
+    decoder: Decoder
+    soft_idle: SoftIdle
+    gens: Generations
+    adapters: AdapterSet
+
+
+def take_snapshot(w: WorkerParts) -> WorkerSnapshot:
     table, kv, api, ctx = w.table, w.kv, w.api, w.ctx
     parked = kv.parked
     return WorkerSnapshot(
@@ -57,7 +80,7 @@ def _ids(ids: Iterable[str | None]) -> tuple[str, ...]:
     return tuple(sorted({i for i in ids if i is not None}))
 
 
-def _waits_for_adapter(w: Worker, s: Session) -> bool:
+def _waits_for_adapter(w: WorkerParts, s: Session) -> bool:
     """A session with work that cannot run until its adapter is loaded."""
     has_work = (
         s.generation is not None or (s.pending and s.has_seq) or w.api.pending.has(s.session_id)
