@@ -180,8 +180,11 @@ class Settings(BaseModel):
         return self.max_loaded_models[MODEL_TYPE_ORDER.index(model_type)]
 
     def model_options(self, overrides: BaseModel | dict[str, Any] | None = None) -> ModelOptions:
-        """This server's per-model defaults, with a /load body's values on top."""
-        return opt.resolve(self, overrides)
+        """This server's per-model defaults, with a /load body's values on top; a bad
+        engine flag in `llamacpp_args` is a BadRequest naming it."""
+        options = opt.resolve(self, overrides)
+        parse_llamacpp_args(options.llamacpp_args)
+        return options
 
 
 KEYS: tuple[str, ...] = tuple(Settings.model_fields)

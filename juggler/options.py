@@ -8,7 +8,8 @@ The models that use them:
   (config.py) declares the same fields as server-wide defaults; `LoadOverrides` is the
   all-optional form a `/load` body carries. Seed 000's priority order is
   `resolve(settings, overrides)`: "1. Values explicity passed in `load` [...] 2. Values
-  set by the user as [...] CLI args or env vars. 3. Default hardcoded values".
+  set by the user as [...] CLI args or env vars. 3. Default hardcoded values"
+  (`Settings.model_options` adds the check of `llamacpp_args`).
 - `EngineFlags`: the command line of Juggler's llama.cpp backend (`python -m
   juggler.engine`). The backend builds its argparse from these fields, the manager's
   recipe writes argv with `to_argv()`, and a client's `llamacpp_args` is parsed
@@ -150,7 +151,9 @@ UNBUILT_SETTINGS: dict[str, str] = {}
 
 def resolve(defaults: BaseModel, overrides: BaseModel | dict[str, Any] | None) -> ModelOptions:
     """Seed 000's priority order: `overrides` (a /load body) > `defaults` (Settings:
-    CLI > env > config file > built-in). Raises BadRequest naming a bad field."""
+    CLI > env > config file > built-in). Raises BadRequest naming a bad field. The flags
+    in `llamacpp_args` are text here: `Settings.model_options` parses them against
+    `EngineFlags` (`engine_args`, which builds on this module)."""
     given = overrides.model_dump() if isinstance(overrides, BaseModel) else dict(overrides or {})
     merged = {k: getattr(defaults, k) for k in MODEL_OPTION_KEYS if k not in PER_MODEL_ONLY}
     for key, value in given.items():
@@ -161,9 +164,6 @@ def resolve(defaults: BaseModel, overrides: BaseModel | dict[str, Any] | None) -
         options = ModelOptions.model_validate(merged)
     except ValidationError as exc:
         raise bad_request_from(exc) from None
-    from juggler.engine_args import parse_llamacpp_args  # it builds on EngineFlags below
-
-    parse_llamacpp_args(options.llamacpp_args)
     return options
 
 
