@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from juggler.errors import BadRequest, JugglerError
-from juggler.registry.catalog import Registry, reserved_reason
+from juggler.registry.aliases import reserved_reason
+from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import HfRef, parse_checkpoint
 from juggler.registry.download import Progress, download
 from juggler.types import ModelInfo
