@@ -25,6 +25,7 @@ from juggler.engine.schedule.drafts import (
 )
 from juggler.engine.schedule.messages import Complete, RequestDone
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
+from juggler.engine.worker.speculation import Speculation
 from tests.engine.fake_llama import BOS
 from tests.engine.rig import Rig, events
 
@@ -74,6 +75,20 @@ def test_acceptance_counts_kept_tokens_and_the_first_refused_one() -> None:
     for _ in range(30):
         a.update(4, 1)  # one kept, one refused, two unobserved
     assert 0.45 < a.rate < 0.55
+
+
+def test_propose_drafts_from_the_token_lists_within_its_room() -> None:
+    """Issue 16: "an adaptive draft length per sequence". `propose` reads the sequence's
+    tokens and its sampled token and returns the draft, at most `room` long; the caller
+    appends it (the lists it was given are left as they were)."""
+    tokens, pending = [1, 2, 3, 4, 5, 6, 7, 8] * 4, [1]
+    draft = Speculation(max_len=8).propose(tokens, pending, 100, DecodeCost(), num_seqs=1)
+    assert draft and draft == [2, 3, 4, 5, 6, 7, 8, 1][: len(draft)]
+    assert tokens == [1, 2, 3, 4, 5, 6, 7, 8] * 4 and pending == [1]
+    short = Speculation(max_len=8).propose(tokens, pending, 1, DecodeCost(), num_seqs=1)
+    assert short == [2]
+    assert Speculation(max_len=8).propose(tokens, pending, 0, DecodeCost(), num_seqs=1) == []
+    assert Speculation(max_len=8).propose([5, 9, 7], [3], 100, DecodeCost(), num_seqs=1) == []
 
 
 def test_drafts_are_only_as_long_as_they_pay() -> None:
