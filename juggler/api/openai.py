@@ -27,6 +27,8 @@ from juggler.errors import BadRequest
 
 #: Most choices one request may ask for (`n`).
 MAX_CHOICES = 16
+
+
 class Limit(int):
     """A cap on a list in a request body whose value is a setting (`name`): the int is
     the built-in default, `configure_limits` sets the value in force (issue 27: "input
@@ -320,13 +322,17 @@ class SessionGenerate(SamplingBody):
 
 
 class TokenizeRequest(BaseModel):
-    """llama.cpp server's /tokenize body (Lemonade routes it to the model's backend)."""
+    """llama.cpp server's /tokenize body (Lemonade routes it to the model's backend;
+    `model` picks the model, else the most recently loaded one). llamacpp.md's defaults:
+    `add_special` false, `parse_special` true, `with_pieces` false."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: StrictStr | None = None
     content: StrictStr
-    add_special: StrictBool = True
+    add_special: StrictBool = False
+    parse_special: StrictBool = True
+    with_pieces: StrictBool = False
 
 
 class DetokenizeRequest(BaseModel):

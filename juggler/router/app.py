@@ -36,6 +36,7 @@ from juggler.router import (
     alias_routes,
     anthropic_routes,
     config_routes,
+    llamacpp_routes,
     logs_route,
     memory_routes,
     metrics_route,
@@ -159,6 +160,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         app.include_router(anthropic_routes.router, prefix=prefix)
         app.include_router(admin_routes.router, prefix=prefix)
         app.include_router(model_routes.router, prefix=prefix)
+        app.include_router(llamacpp_routes.router, prefix=prefix)
         app.include_router(system_routes.router, prefix=prefix)
         app.include_router(sessions.router, prefix=prefix)
         app.include_router(responses.router, prefix=prefix)

@@ -16,7 +16,6 @@ from juggler.api.openai import (
     DetokenizeRequest,
     EmbeddingRequest,
     RerankRequest,
-    TokenizeRequest,
 )
 from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
@@ -135,13 +134,6 @@ async def embeddings(request: Request) -> Response:
 async def rerank(request: Request) -> Response:
     model, raw = await parse_for_model(request, RerankRequest)
     return await state_of(request).proxy.forward(model, "/v1/rerank", raw)
-
-
-@router.post("/tokenize", openapi_extra=body_of(TokenizeRequest))
-async def tokenize(request: Request) -> Response:
-    """llama.cpp's tokenize: {model, content, add_special?} -> {tokens}."""
-    model, raw = await parse_for_model(request, TokenizeRequest)
-    return await state_of(request).proxy.forward(model, "/tokenize", raw)
 
 
 @router.post("/detokenize", openapi_extra=body_of(DetokenizeRequest))

@@ -255,3 +255,33 @@ def test_an_alias_serves_requests_with_its_model(server: RunningServer) -> None:
         names = [m["model_name"] for m in server.health()["all_models_loaded"]]  # type: ignore[attr-defined]
         assert names == [DEFAULT_MODEL] and loaded(server, DEFAULT_MODEL)["pid"] == pid  # type: ignore[index]
         c.delete("/internal/aliases/chatty")
+
+
+def test_slots_and_tokenize_through_the_router(server: RunningServer) -> None:
+    """llamacpp.md: `/slots` "Returns the current state of all processing slots" and "is
+    only available when a llama.cpp model is loaded"; `erase` answers `{"id_slot"}`;
+    `/tokenize` with `with_pieces` answers `{"id", "piece"}` objects. Lemonade forwards
+    them to the loaded model, so the body may name none."""
+    with server.client() as c:
+        c.post("/api/v1/unload", json={})
+        none = c.get("/api/v1/slots")
+        assert none.status_code == 400 and none.json()["error"]["param"] == "model"
+        assert c.post("/api/v1/load", json={"model_name": DEFAULT_MODEL}).status_code == 200
+        seen: list[str] = []
+        body = {"model": DEFAULT_MODEL, "messages": HELLO, "max_tokens": 60, "stream": True}
+        with c.stream("POST", "/api/v1/chat/completions", json=body) as r:
+            for _ in r.iter_lines():
+                if not seen or seen[-1] != "processing":
+                    seen += [s["state"] for s in c.get("/api/v1/slots").json()]
+        assert "processing" in seen, "a slot was processing while the stream ran"
+        got = c.get("/v1/slots").json()
+        assert isinstance(got, list) and all(isinstance(s["id"], int) for s in got)
+        slot = next(s for s in got if s["cache_tokens"] > 0)
+        erased = c.post(f"/api/v1/slots/{slot['id']}?action=erase")
+        assert erased.status_code == 200 and erased.json()["id_slot"] == slot["id"]
+        saved = c.post("/api/v1/slots/0?action=save", json={"filename": "x.bin"})
+        assert saved.status_code == 501 and "--slot-save-path" in saved.text
+        plain = c.post("/api/v1/tokenize", json={"content": "Hello world!"}).json()
+        pieces = c.post("/api/v1/tokenize", json={"content": "Hello world!", "with_pieces": True})
+        assert [t["id"] for t in pieces.json()["tokens"]] == plain["tokens"]
+        assert "".join(t["piece"] for t in pieces.json()["tokens"]) == "Hello world!"

@@ -30,7 +30,7 @@ from juggler.api import openai as api
 from juggler.api.responses import RESPONSE_ID, RESPONSE_ID_HEADER, ResponsesRequest
 from juggler.backend_key import ENV as KEY_ENV
 from juggler.backend_key import HEADER, key_matches
-from juggler.engine.http import memory, openai_routes, responses_api
+from juggler.engine.http import memory, openai_routes, responses_api, slots
 from juggler.engine.http import responses as shape
 from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.http.requests import adapter_ref, sampling_params, template_messages
@@ -233,13 +233,8 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     async def session_end(session_id: str) -> dict[str, Any]:
         return await engine.end_session(session_id)
 
-    # -- tokens (llama.cpp server's /tokenize and /detokenize) -----------------------
-    @app.post("/tokenize")
-    async def tokenize(body: api.TokenizeRequest) -> dict[str, Any]:
-        tokens = await run_in_threadpool(
-            engine.model.tokenize, body.content, add_special=body.add_special
-        )
-        return {"tokens": tokens}
+    # -- llama.cpp server's /slots and /tokenize (http/slots.py), and /detokenize --------
+    slots.add_routes(app, engine)
 
     @app.post("/detokenize")
     async def detokenize(body: api.DetokenizeRequest) -> dict[str, Any]:

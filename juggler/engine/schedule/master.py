@@ -38,6 +38,7 @@ from juggler.engine.schedule.messages import (
     DropAdapter,
     Embed,
     EndSession,
+    EraseSlot,
     Generate,
     RequestDone,
     Rerank,
@@ -164,7 +165,7 @@ class Master:
                 self.sessions[sid] = w
                 self._note_adapter(cmd.adapter, w)
                 self.workers[w].submit(cmd)
-            case Downsize(worker_id=wid) | DropAdapter(worker_id=wid):
+            case Downsize(worker_id=wid) | DropAdapter(worker_id=wid) | EraseSlot(worker_id=wid):
                 if isinstance(cmd, DropAdapter):
                     self.adapter_home.pop(cmd.adapter_id, None)
                 self.workers[wid].submit(cmd)

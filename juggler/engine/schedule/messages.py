@@ -132,6 +132,17 @@ class DropAdapter:
     reply: Reply
 
 
+@dataclass(frozen=True, eq=False)
+class EraseSlot:
+    """llama.cpp's `POST /slots/{id}?action=erase` for one worker's sequence `seq_id`:
+    forget the prefix it caches. Answers `{"n_erased": tokens}`; refused with Conflict
+    while it runs a request or holds a client's session."""
+
+    worker_id: int
+    seq_id: int
+    reply: Reply
+
+
 # -- notices from workers to the master -----------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class SessionGone:
@@ -165,7 +176,9 @@ class Shutdown:
 
 SessionCommand = AppendInput | Generate | Cancel | EndSession
 StatelessCommand = Complete | Embed | Rerank
-RouteCommand = CreateSession | SessionCommand | StatelessCommand | Downsize | DropAdapter
+RouteCommand = (
+    CreateSession | SessionCommand | StatelessCommand | Downsize | DropAdapter | EraseSlot
+)
 #: What a worker's inbox receives.
 WorkerCommand = RouteCommand | Shutdown
 Notice = SessionGone | RequestDone | WorkerDied

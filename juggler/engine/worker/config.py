@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from juggler.engine.worker.slots import SlotState
 
 #: How long a worker waits for commands when it has nothing to do; after that long
 #: idle it parks cached prefixes and compacts its KV cells (see `kv`).
@@ -77,6 +81,8 @@ class WorkerSnapshot:
     #: Speculative decoding: draft tokens decoded, and accepted, since start.
     spec_drafted: int = 0
     spec_accepted: int = 0
+    #: llama.cpp's slots: one per sequence, in sequence-id order (worker/slots.py).
+    slots: tuple[SlotState, ...] = ()
 
 
 class Clock:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from juggler.engine.worker.config import WorkerSnapshot
+from juggler.engine.worker.slots import slot_states
 
 if TYPE_CHECKING:
     from juggler.engine.worker.adapters import AdapterSet
@@ -73,6 +74,7 @@ def take_snapshot(w: WorkerParts) -> WorkerSnapshot:
             [c.adapter.adapter_id for c in api.waiting if c.adapter is not None]
             + [s.adapter_id for s in table.values() if _waits_for_adapter(w, s)]
         ),
+        slots=slot_states(table),
     )
 
 

@@ -46,6 +46,7 @@ from juggler.engine.schedule.messages import (
     Downsize,
     DropAdapter,
     EndSession,
+    EraseSlot,
     Generate,
     Notice,
     Shutdown,
@@ -53,6 +54,7 @@ from juggler.engine.schedule.messages import (
     reply_of,
 )
 from juggler.engine.threads import ThreadGovernor
+from juggler.engine.worker import slots
 from juggler.engine.worker.adapters import AdapterSet, can_run, drop_unregistered
 from juggler.engine.worker.config import Clock, WorkerConfig
 from juggler.engine.worker.context_slot import ContextSlot
@@ -300,6 +302,9 @@ class Worker(OwnerThread):
                 case DropAdapter():
                     unloaded = drop_unregistered(self.adapters, self.kv, cmd.adapter_id)
                     self.outbox.resolve(cmd.reply, unloaded)
+                case EraseSlot():
+                    self.outbox.resolve(cmd.reply, slots.erase(self.table, self.kv, cmd.seq_id))
+                    self.publish()
                 case Cancel():
                     self.api.cancel(cmd)
                 case EndSession():
