@@ -30,11 +30,13 @@ from juggler.backend_key import ENV as KEY_ENV
 from juggler.backend_key import HEADER as KEY_HEADER
 from juggler.backend_key import BackendKeys, new_key
 from juggler.compute.board import ENV as BOARD_ENV
+from juggler.engine.adapter_paths import ENV as BOOK_ENV
 from juggler.errors import LoadFailed, RecipeNotInstalled
 from juggler.logbook import LogBook
 from juggler.manager.output import OutputPump
 from juggler.manager.recipes import LaunchPlan, require_file
 from juggler.manager.spawner import STOP_GRACE_S, BackendProcess
+from juggler.registry.adapters import AdapterBook
 from juggler.types import Device
 
 HOST = "127.0.0.1"
@@ -62,7 +64,7 @@ def _die_with_parent() -> None:
 
 def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     """This process's environment for a backend, less what is per backend, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if k not in (BOARD_ENV, KEY_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (BOARD_ENV, KEY_ENV, BOOK_ENV)}
     env.update(extra or {})
     return env
 
@@ -181,7 +183,7 @@ class ProcessSpawner:
         port = free_port()
         argv = plan.argv(port, HOST)
         key = new_key() if plan.reports_device else None  # Juggler's own engine checks it
-        env = {**(env or {}), **({KEY_ENV: key} if key else {})}
+        env = {**(env or {}), **({KEY_ENV: key, BOOK_ENV: str(AdapterBook().file)} if key else {})}
         log_path.parent.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
         output = OutputPump(read_fd, log_path, plan.info.name, self.logbook)

@@ -85,6 +85,10 @@ def test_load_fills_health_with_every_field(server: RunningServer) -> None:
         assert direct.get(entry["backend_url"] + "/health").status_code == 401
         key = backend_headers(entry["pid"])
         assert direct.get(entry["backend_url"] + "/health", headers=key).status_code == 200
+        # Even with its key, a backend opens no adapter file the router did not register.
+        stolen = {"prompt": "x", "juggler_adapter": {"id": "a", "path": "/etc/passwd"}}
+        r = direct.post(entry["backend_url"] + "/v1/completions", json=stolen, headers=key)
+        assert r.status_code == 403 and r.json()["error"]["param"] == "juggler_adapter"
     assert health["max_models"] == {
         "llm": 1,
         "embedding": 1,

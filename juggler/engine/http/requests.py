@@ -13,6 +13,7 @@ from typing import Any
 
 from juggler.api.openai import AdapterSpec, ChatMessage, SamplingBody
 from juggler.api.structured import ResponseFormat
+from juggler.engine.adapter_paths import check_adapter_path
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.structured.grammar import guard, json_object_grammar, schema_grammar
@@ -101,5 +102,9 @@ def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def adapter_ref(spec: AdapterSpec | None) -> AdapterRef | None:
-    """The LoRA adapter the router asked this request to run with."""
-    return AdapterRef(spec.id, spec.path) if spec is not None else None
+    """The LoRA adapter the router asked this request to run with, once its path is
+    known to be a registered adapter's (`adapter_paths`)."""
+    if spec is None:
+        return None
+    check_adapter_path(spec.path)
+    return AdapterRef(spec.id, spec.path)
