@@ -32,6 +32,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         srv.stop()
 
 
+def sdk(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url + "/api/v1", api_key="none", max_retries=0)
+
+
 def loaded(server: RunningServer, name: str) -> dict[str, Any] | None:
     entries: list[dict[str, Any]] = server.health()["all_models_loaded"]  # type: ignore[assignment]
     return next((m for m in entries if m["model_name"] == name), None)
@@ -130,15 +134,15 @@ def test_responses_record_telemetry_with_cache_tokens(server: RunningServer) -> 
     """Issue 24: "`cache_tokens` in the per-request telemetry of `/api/v1/stats` and
     Responses" (Lemonade's suite: "Non-streaming Responses requests record telemetry
     like chat does")."""
-    client = openai.OpenAI(base_url=server.base_url + "/api/v1", api_key="none", max_retries=0)
-    for _ in range(2):
-        response = client.responses.create(
-            model=DEFAULT_MODEL,
-            instructions="You are a concise assistant. " + "Context filler. " * 30,
-            input="Say hello.",
-            max_output_tokens=8,
-            temperature=0.0,
-        )
+    with sdk(server) as client:
+        for _ in range(2):
+            response = client.responses.create(
+                model=DEFAULT_MODEL,
+                instructions="You are a concise assistant. " + "Context filler. " * 30,
+                input="Say hello.",
+                max_output_tokens=8,
+                temperature=0.0,
+            )
     assert response.usage is not None
     cached = response.usage.input_tokens_details.cached_tokens
     with server.client() as c:
@@ -209,8 +213,10 @@ def test_a_pin_survives_a_watchdog_reload(server: RunningServer) -> None:
         old = loaded(server, DEFAULT_MODEL)
         assert old is not None and old["pinned"] is True
         os.kill(old["pid"], signal.SIGKILL)
-        client = openai.OpenAI(base_url=server.base_url + "/api/v1", api_key="x", max_retries=0)
-        reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HELLO, max_tokens=4)  # type: ignore[arg-type]
+        with sdk(server) as client:
+            reply = client.chat.completions.create(
+                model=DEFAULT_MODEL, messages=HELLO, max_tokens=4
+            )  # type: ignore[arg-type]
         assert reply.choices
         new = loaded(server, DEFAULT_MODEL)
         assert new is not None and new["pid"] != old["pid"]
@@ -285,3 +291,27 @@ def test_slots_and_tokenize_through_the_router(server: RunningServer) -> None:
         pieces = c.post("/api/v1/tokenize", json={"content": "Hello world!", "with_pieces": True})
         assert [t["id"] for t in pieces.json()["tokens"]] == plain["tokens"]
         assert "".join(t["piece"] for t in pieces.json()["tokens"]) == "Hello world!"
+
+
+def test_a_streamed_response_cut_by_its_budget_is_incomplete_as_openai_defines(
+    server: RunningServer,
+) -> None:
+    """Issue 24: "Where Lemonade's suite and the official OpenAI definition disagree (a
+    streamed Response that hits its token budget: the suite expects
+    `response.completed`, OpenAI defines `response.incomplete`), follow OpenAI"."""
+    with sdk(server) as client:
+        stream = client.responses.create(
+            model=DEFAULT_MODEL,
+            input="Count from one to twenty, in words.",
+            max_output_tokens=3,
+            temperature=0.0,
+            stream=True,
+        )
+        with stream:
+            events = list(stream)
+    assert events[0].type == "response.created"
+    last = events[-1]
+    assert last.type == "response.incomplete"
+    assert last.response.status == "incomplete"
+    assert last.response.incomplete_details is not None
+    assert last.response.incomplete_details.reason == "max_output_tokens"
