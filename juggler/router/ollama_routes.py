@@ -3,16 +3,17 @@ default, or one JSON object with `stream: false`), `/api/embed` and the older
 `/api/embeddings`.
 
 A thin dialect: bodies and their meaning are `juggler.api.ollama` (`format` and
-`tools`: `juggler.api.ollama_chat`); residency goes through the manager
-(`residency.ensure_options` for `options` and `keep_alive`); inference through the proxy
-to the same backend routes the OpenAI API uses. The backend is always asked to stream
-(with usage), so the router times the answer itself (`ollama_answer`).
+`tools`: `juggler.api.ollama_chat`; embeddings' `truncate` and `dimensions`:
+`juggler.api.ollama_embed`, with their I/O in `juggler.router.ollama_embed`); residency
+goes through the manager (`residency.ensure_options` for `options` and `keep_alive`);
+inference through the proxy to the same backend routes the OpenAI API uses. The backend
+is always asked to stream (with usage), so the router times the answer itself
+(`ollama_answer`).
 An empty `messages`/`prompt` loads the model (with `keep_alive: 0`, unloads it).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,12 +22,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from juggler.api import ollama as ol
+from juggler.api import ollama_embed as oe
 from juggler.api import ollama_options as oo
 from juggler.api import sse
 from juggler.errors import BadRequest, NotImplementedParam
 from juggler.router.bodies import parse
 from juggler.router.deps import RouterState, state_of
 from juggler.router.ollama_answer import OllamaAnswer, backend_error
+from juggler.router.ollama_embed import embed_texts
 from juggler.router.openapi import body_of
 from juggler.router.residency import (
     current_options,
@@ -143,41 +146,44 @@ async def generate(request: Request) -> Any:
 
 
 async def _embed(
-    state: RouterState, model: str, texts: list[str], options: Any, keep: Any
+    state: RouterState,
+    model: str,
+    texts: list[str],
+    body: ol.EmbedBody | ol.EmbeddingsBody,
+    truncate: bool,
 ) -> tuple[list[list[float]], int]:
-    sampling, load = oo.split_options(options)
+    sampling, load = oo.split_options(body.options)
     if sampling:
         raise NotImplementedParam(f"options.{next(iter(sampling))}", "embeddings do not sample")
     await ensure_options(state, model, load)
     if not texts:
         await state.manager.load(model, current_options(state, model) or None)
-        await keep_alive_after(state, model, _keep(keep))
+        await keep_alive_after(state, model, _keep(body.keep_alive))
         return [], 0
-    response = await state.proxy.forward(model, "/v1/embeddings", {"model": model, "input": texts})
-    if response.status_code >= 400:
-        raise backend_error(response)
-    await keep_alive_after(state, model, _keep(keep))
-    data = json.loads(bytes(response.body))
-    rows = sorted(data.get("data", []), key=lambda d: d.get("index", 0))
-    return [r["embedding"] for r in rows], int(data.get("usage", {}).get("prompt_tokens", 0))
+    vectors, n_tokens = await embed_texts(state, model, texts, truncate=truncate)
+    await keep_alive_after(state, model, _keep(body.keep_alive))
+    return vectors, n_tokens
 
 
 @router.post("/api/embed", openapi_extra=body_of(ol.EmbedBody))
 async def embed(request: Request) -> dict[str, Any]:
+    """Ollama's embeddings: `truncate` (default true) cuts each input to the context,
+    false refuses a long one; `dimensions` keeps the first N values, normalized again."""
     t0 = time.perf_counter()
     state = state_of(request)
     body, _ = await parse(request, ol.EmbedBody)
-    ol.refuse_set({"dimensions": body.dimensions}, "embeddings keep the model's size")
-    if body.truncate:
-        raise NotImplementedParam(
-            "truncate", "inputs longer than the context are refused, never truncated"
-        )
     model = state.registry.lookup(body.model).name
-    texts = [body.input] if isinstance(body.input, str) else list(body.input)
-    vectors, n_tokens = await _embed(state, model, texts, body.options, body.keep_alive)
+    if isinstance(body.input, str):
+        texts = [body.input] if body.input else []  # Ollama: "" only loads the model
+    else:
+        texts = list(body.input)
+    truncate = body.truncate is not False
+    vectors, n_tokens = await _embed(state, model, texts, body, truncate)
+    if vectors:
+        oe.check_dimensions(body.dimensions, len(vectors[0]))
     return {
         "model": body.model,
-        "embeddings": vectors,
+        "embeddings": [oe.shorten(v, body.dimensions) for v in vectors],
         "total_duration": int((time.perf_counter() - t0) * 1e9),
         "prompt_eval_count": n_tokens,
     }
@@ -185,12 +191,13 @@ async def embed(request: Request) -> dict[str, Any]:
 
 @router.post("/api/embeddings", openapi_extra=body_of(ol.EmbeddingsBody))
 async def embeddings(request: Request) -> dict[str, Any]:
-    """Ollama's older embeddings route: one `prompt`, one `embedding`."""
+    """Ollama's older embeddings route: one `prompt`, one `embedding` (an input longer
+    than the context is truncated, as /api/embed does by default)."""
     state = state_of(request)
     body, _ = await parse(request, ol.EmbeddingsBody)
     model = state.registry.lookup(body.model).name
     texts = [body.prompt] if body.prompt else []
-    vectors, _ = await _embed(state, model, texts, body.options, body.keep_alive)
+    vectors, _ = await _embed(state, model, texts, body, True)
     if not vectors and body.prompt:
         raise BadRequest("the backend returned no embedding", param="prompt")
     return {"embedding": vectors[0] if vectors else []}
