@@ -56,3 +56,31 @@ def test_deleting_or_forgetting_a_head_ends_its_session() -> None:
             store.delete("r2")
 
     asyncio.run(go())
+
+
+def test_heads_hold_at_most_the_cell_budget_and_the_oldest_give_way() -> None:
+    """Issue 24: the OpenAI Agents SDK stores every response (`store` defaults to true)
+    and never continues one; the heads' sessions are a cache, so they may not fill the
+    KV cache that every request needs: past the budget the oldest sessions end, their
+    responses stay (continuing one prefills anew)."""
+
+    async def go() -> None:
+        ended: list[str] = []
+
+        async def end(sid: str) -> None:
+            ended.append(sid)
+
+        store = ResponseStore(end, cell_budget=100)
+        for i, cells in enumerate([40, 40, 10]):
+            store.put(StoredResponse(f"r{i}", {}, [], "s", f"S{i}", cells))
+        assert store.held_cells() == 90
+        store.put(StoredResponse("r3", {}, [], "s", "S3", 30))
+        await asyncio.sleep(0)
+        assert ended == ["S0"] and store.held_cells() == 80
+        assert store.get("r0").session_id is None and store.claim(store.get("r0"), "s") is None
+        store.put(StoredResponse("r4", {}, [], "s", "S4", 500))
+        await asyncio.sleep(0)
+        assert ended == ["S0", "S1", "S2", "S3", "S4"], "one too large for the budget goes too"
+        assert store.held_cells() == 0 and len(store) == 5
+
+    asyncio.run(go())

@@ -8,6 +8,7 @@ item with one output_text part, or one function_call item per call. Pure.
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
 from typing import Any
@@ -63,17 +64,27 @@ def response_object(
         "previous_response_id": body.previous_response_id,
         "temperature": body.temperature,
         "top_p": body.top_p,
-        "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True)}
-        if fmt is not None
-        else {"format": {"type": "text"}},
+        "text": {
+            "format": fmt.model_dump(by_alias=True, exclude_none=True)
+            if fmt is not None
+            else {"type": "text"},
+            "verbosity": "medium",
+        },
         "tool_choice": body.tool_choice.model_dump()
         if body.tool_choice is not None and not isinstance(body.tool_choice, str)
         else body.tool_choice or "auto",
         "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
-        "truncation": "disabled",
+        "truncation": body.truncation or "disabled",
         "store": body.store,
         "user": body.user,
         "background": False,
+        "service_tier": "default",
+        "reasoning": {"effort": None, "summary": None},
+        "top_logprobs": body.top_logprobs,
+        "max_tool_calls": body.max_tool_calls,
+        "prompt_cache_key": body.prompt_cache_key,
+        "prompt_cache_retention": body.prompt_cache_retention,
+        "safety_identifier": body.safety_identifier,
     }
 
 
@@ -89,6 +100,8 @@ class OutputItems:
         self.items: list[dict[str, Any]] = []
         self._text: int | None = None
         self._calls: dict[int, int] = {}
+        #: Log-probabilities of tokens whose text has not come out yet.
+        self._logprobs: list[dict[str, Any]] = []
 
     def _add(self, item: dict[str, Any]) -> list[dict[str, Any]]:
         self.items.append(item)
@@ -119,14 +132,22 @@ class OutputItems:
         )
         return events
 
-    def feed(self, deltas: list[Delta]) -> list[dict[str, Any]]:
+    def feed(
+        self, deltas: list[Delta], logprobs: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """`logprobs`: those of the tokens these deltas came from (OpenAI's shape); they
+        go with the next text delta, and into the output text part."""
         events: list[dict[str, Any]] = []
+        self._logprobs += logprobs or []
         for d in deltas:
             if isinstance(d, TextDelta):
                 events += self._open_text()
                 assert self._text is not None
                 item = self.items[self._text]
-                item["content"][0]["text"] += d.text
+                part = item["content"][0]
+                part["text"] += d.text
+                lps, self._logprobs = self._logprobs, []
+                part["logprobs"] += lps
                 events.append(
                     {
                         "type": "response.output_text.delta",
@@ -134,7 +155,7 @@ class OutputItems:
                         "output_index": self._text,
                         "content_index": 0,
                         "delta": d.text,
-                        "logprobs": [],
+                        "logprobs": lps,
                     }
                 )
             elif isinstance(d, CallStart):
@@ -171,13 +192,15 @@ class OutputItems:
             item["status"] = status
             if item["type"] == "message":
                 part = item["content"][0]
+                part["logprobs"] += self._logprobs
+                self._logprobs = []
                 common = {"item_id": item["id"], "output_index": index, "content_index": 0}
                 events.append(
                     {
                         "type": "response.output_text.done",
                         **common,
                         "text": part["text"],
-                        "logprobs": [],
+                        "logprobs": part["logprobs"],
                     }
                 )
                 events.append({"type": "response.content_part.done", **common, "part": part})
@@ -198,12 +221,17 @@ class OutputItems:
 
 
 class EventNumbers:
-    """SSE framing of Responses events, numbered in order (`sequence_number`)."""
+    """SSE framing of Responses events, numbered in order (`sequence_number`). With
+    `obfuscate` (stream_options.include_obfuscation), each delta event carries an
+    `obfuscation` string of random length, so that its size does not tell its text's."""
 
-    def __init__(self) -> None:
+    def __init__(self, obfuscate: bool = False) -> None:
         self.next = 0
+        self.obfuscate = obfuscate
 
     def frame(self, event: dict[str, Any]) -> bytes:
         out = {**event, "sequence_number": self.next}
+        if self.obfuscate and str(event["type"]).endswith(".delta"):
+            out["obfuscation"] = secrets.token_urlsafe(12)[: secrets.randbelow(16) + 1]
         self.next += 1
         return sse.event(str(event["type"]), out)

@@ -13,6 +13,13 @@ A head is *claimed* by the request that continues it, so two requests never appe
 one session; a session nobody heads any more is ended. At most `capacity` responses are
 kept (the oldest go first, and their sessions with them).
 
+The heads' sessions are a cache the client never asked to hold, and their KV cells are
+the ones every other request needs too: together they hold at most `cell_budget` cells
+(half the context by default). Past it, the oldest heads' sessions are ended; their
+responses stay, and continuing one prefills its conversation anew. Without that bound,
+clients that store every response but never continue one (the OpenAI Agents SDK's
+default) would fill the KV cache until every request is refused.
+
 Owned by the event loop of the backend's HTTP app; nothing else touches it.
 """
 
@@ -45,12 +52,16 @@ class StoredResponse:
     setup: str
     #: The session holding this conversation's KV, while this response heads it.
     session_id: str | None = None
+    #: The KV cells that session holds (the conversation's tokens).
+    cells: int = 0
 
 
 @dataclass
 class ResponseStore:
     end_session: Callable[[str], Awaitable[Any]]
     capacity: int = MAX_STORED
+    #: Most KV cells the heads' sessions hold together (None: no bound).
+    cell_budget: int | None = None
     _items: collections.OrderedDict[str, StoredResponse] = field(
         default_factory=collections.OrderedDict
     )
@@ -81,6 +92,24 @@ class ResponseStore:
         while len(self._items) > self.capacity:
             _, old = self._items.popitem(last=False)
             self._release(old)
+        self._within_budget()
+
+    def _within_budget(self) -> None:
+        """End the oldest heads' sessions until the heads hold at most `cell_budget`."""
+        if self.cell_budget is None:
+            return
+        held = self.held_cells()
+        for item in list(self._items.values()):  # oldest first
+            if held <= self.cell_budget:
+                return
+            if item.session_id is not None and self._heads.get(item.session_id) == item.id:
+                held -= item.cells
+                self._release(item)
+                item.session_id = None
+
+    def held_cells(self) -> int:
+        """The KV cells the heads' sessions hold together."""
+        return sum(self._items[rid].cells for rid in self._heads.values() if rid in self._items)
 
     def delete(self, response_id: str) -> None:
         found = self.get(response_id)

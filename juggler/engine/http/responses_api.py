@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from juggler.api.openai import ChatMessage
 from juggler.api.responses import ResponsesRequest
-from juggler.engine.http.choices import Choice
+from juggler.engine.http.choices import Choice, chat_logprobs
+from juggler.engine.http.openai_routes import render as render_prompt
 from juggler.engine.http.requests import adapter_ref
+from juggler.engine.http.response_fit import fit_turns
 from juggler.engine.http.response_shapes import EventNumbers, OutputItems, response_object
 from juggler.engine.http.response_store import ResponseStore, StoredResponse
 from juggler.engine.http.streaming import collect, merged, sse_response
@@ -61,7 +64,27 @@ def sampling(engine: Engine, body: ResponsesRequest, plan: ToolPlan | None) -> S
         temperature=d.temperature if body.temperature is None else body.temperature,
         top_p=d.top_p if body.top_p is None else body.top_p,
         grammar=grammar,
+        top_logprobs=(body.top_logprobs or 0) if body.wants_logprobs else None,
     )
+
+
+def fitted(
+    engine: Engine,
+    caps: ToolCaps,
+    plan: ToolPlan | None,
+    system: list[ChatMessage],
+    turns: list[ChatMessage],
+    reserve: int,
+) -> list[ChatMessage]:
+    """`turns` less their oldest items, as `truncation: "auto"` asks, so that the prompt
+    and `reserve` generated tokens fit the context (off the event loop: it renders)."""
+
+    def tokens(kept: Sequence[ChatMessage]) -> int:
+        messages, tools = chat_messages([*system, *kept], plan, caps)
+        return len(render_prompt(engine, messages, tools))
+
+    limit = engine.config.flags.ctx_size - reserve
+    return fit_turns(turns, tokens, max(limit, 1))
 
 
 def _assistant_turn(choice: Choice) -> ChatMessage:
@@ -93,6 +116,11 @@ async def create(
     new = body.messages()
     turns = [*(prev.turns if prev else []), *new]
     system = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
+    if body.truncation == "auto":
+        reserve = body.max_output_tokens or 1
+        kept = await run_in_threadpool(fitted, engine, caps, plan, system, turns, reserve)
+        if len(kept) < len(turns):
+            turns, prev = kept, None  # the session's KV holds what was dropped
     tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
     setup = json.dumps([body.instructions, tools])
     sid = store.claim(prev, setup) if prev is not None else None
@@ -114,6 +142,11 @@ async def create(
     name = engine.config.model_name
     choice = Choice(0, plan)
 
+    def logprobs(ev: StreamEvent) -> list[dict[str, Any]]:
+        if not body.wants_logprobs or not ev.logprobs:
+            return []
+        return list(chat_logprobs(ev.logprobs, engine.model.piece)["content"])
+
     def finish(ev: StreamEvent, output: list[dict[str, Any]]) -> dict[str, Any]:
         obj = response_object(
             response_id,
@@ -126,7 +159,9 @@ async def create(
         )
         if body.store:
             answer = _assistant_turn(choice)
-            store.put(StoredResponse(response_id, obj, [*turns, answer], setup, sid))
+            s = ev.stats
+            cells = s.input_tokens + s.output_tokens if s is not None else 0
+            store.put(StoredResponse(response_id, obj, [*turns, answer], setup, sid, cells))
         else:
             store.end_later(sid)
         return obj
@@ -139,11 +174,12 @@ async def create(
             raise
         items = OutputItems()
         assert choice.tools is not None
-        items.feed(choice.tools.feed(ev.text))
+        items.feed(choice.tools.feed(ev.text), logprobs(ev))
         items.close(_status(ev.finish_reason))
         return finish(ev, items.items)
     return sse_response(
-        _events(choice, sink, finish, store, sid, body, response_id, name, created_at), [sink]
+        _events(choice, sink, finish, logprobs, store, sid, body, response_id, name, created_at),
+        [sink],
     )
 
 
@@ -151,6 +187,7 @@ async def _events(
     choice: Choice,
     sink: Any,
     finish: Any,
+    logprobs: Any,
     store: ResponseStore,
     sid: str,
     body: ResponsesRequest,
@@ -158,7 +195,7 @@ async def _events(
     name: str,
     created_at: int,
 ) -> AsyncIterator[bytes]:
-    numbers, items = EventNumbers(), OutputItems()
+    numbers, items = EventNumbers(body.obfuscate), OutputItems()
     start = response_object(
         response_id, name, body, created_at=created_at, status="in_progress", output=[]
     )
@@ -168,7 +205,8 @@ async def _events(
     try:
         async for _, ev in merged([sink]):
             assert choice.tools is not None
-            for event in items.feed(choice.tools.feed(ev.text) if ev.text else []):
+            deltas = choice.tools.feed(ev.text) if ev.text else []
+            for event in items.feed(deltas, logprobs(ev)):
                 yield numbers.frame(event)
             if ev.kind is EventKind.ERROR:
                 assert ev.error is not None

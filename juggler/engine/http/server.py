@@ -165,7 +165,7 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
         return await openai_routes.completions(engine, body, request)
 
     # -- the Responses API -----------------------------------------------------------
-    store = ResponseStore(engine.end_session)
+    store = ResponseStore(engine.end_session, cell_budget=engine.config.flags.ctx_size // 2)
 
     @app.post("/v1/responses", response_model=None)
     async def create_response(body: ResponsesRequest, request: Request) -> Any:
