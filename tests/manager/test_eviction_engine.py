@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from juggler.config import Settings
 from juggler.manager import Manager
@@ -29,14 +29,22 @@ class FakeSource:
 
     name = "fake"
 
-    def __init__(self, fraction: float = 0.1, total: int = 100 * MIB) -> None:
+    def __init__(
+        self,
+        fraction: float = 0.1,
+        total: int = 100 * MIB,
+        fraction_of: Callable[[], float] | None = None,
+    ) -> None:
         self.fraction = fraction
         self.total = total
         self.num_samples = 0
+        #: Usage as a function of the machine's state (what is loaded), like real memory.
+        self.fraction_of = fraction_of
 
     def sample(self) -> MemorySample:
         self.num_samples += 1
-        return MemorySample(int(self.fraction * self.total), self.total)
+        fraction = self.fraction_of() if self.fraction_of is not None else self.fraction
+        return MemorySample(int(fraction * self.total), self.total)
 
 
 @contextlib.asynccontextmanager
@@ -105,17 +113,20 @@ def test_pressure_evicts_the_most_disposable_and_the_weight_factor_protects() ->
 
 
 def test_a_real_monitor_sample_under_pressure_relieves_it_step_by_step() -> None:
-    fake, source = FakeSpawner(), FakeSource(fraction=0.95)
+    """One step, then measure again: with both models loaded the machine is at 95%, with
+    one at 50% (usage follows what is loaded, as real memory does, so no race between the
+    monitor and the test decides the outcome)."""
+    fake, source = FakeSpawner(), FakeSource()
     reg = FakeRegistry(stub("a"), stub("b"))
 
     async def scenario() -> None:
         async with managed(settings(max_loaded_models=-1), reg, fake, source) as m:
             await m.load("a", OPT_IN)
             await m.load("b", OPT_IN)
-            await until(lambda: len(statuses(m)) == 1)  # one step, then measure again
-            source.fraction = 0.5  # the step was enough
-            for _ in range(20):
-                await asyncio.sleep(0.01)
+            source.fraction_of = lambda: 0.95 if len(statuses(m)) == 2 else 0.5
+            await until(lambda: len(statuses(m)) == 1)
+            seen = source.num_samples
+            await until(lambda: source.num_samples >= seen + 3)  # measured again, and again
             assert len(statuses(m)) == 1 and m.stats()["auto_evictions"] == 1
 
     run(scenario())
