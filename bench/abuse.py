@@ -65,6 +65,13 @@ def heavy_classes(url: str) -> dict[str, Callable[[], str]]:
                 },
             },
         ),
+        "ambiguous GBNF (64 ambiguous stars)": post(
+            "/v1/chat/completions",
+            {**NORMAL, "max_tokens": 64, "grammar": "root ::= " + '("a" | "a")* ' * 64 + '"a"'},
+        ),
+        "load with ctx_size 131072": post(
+            "/api/v1/load", {"model_name": SMOL, "ctx_size": 131072}
+        ),
         "100,000 messages": post(
             "/v1/chat/completions",
             {"model": SMOL, "messages": [{"role": "user", "content": "hi"}] * 100_000},
