@@ -14,13 +14,25 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, StrictStr
 
 from juggler.errors import BadRequest
 from juggler.registry.checkpoint import is_available
 from juggler.router.bodies import read_json
 from juggler.router.deps import state_of
+from juggler.router.openapi import body_of
 
 internal = APIRouter()
+
+
+class AliasRequest(BaseModel):
+    """For the API document: the alias and its target (`model` is accepted for it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    alias: StrictStr
+    target: StrictStr | None = None
+    model: StrictStr | None = None
 
 
 @internal.get("/internal/aliases")
@@ -40,7 +52,7 @@ async def list_aliases(request: Request) -> dict[str, Any]:
     return {"aliases": out}
 
 
-@internal.post("/internal/aliases")
+@internal.post("/internal/aliases", openapi_extra=body_of(AliasRequest))
 async def bind_alias(request: Request) -> dict[str, Any]:
     body = await read_json(request)
     alias = body.get("alias")

@@ -50,7 +50,7 @@ async def slots(request: Request, model: str | None = None) -> Response:
     return await state.proxy.forward(target_model(state, model), "/slots", None, method="GET")
 
 
-@router.post("/slots/{slot_id}")
+@router.post("/slots/{slot_id}", openapi_extra=body_of(SlotBody, required=False))
 async def slot_action(
     slot_id: str, request: Request, action: str = "", model: str | None = None
 ) -> Response:

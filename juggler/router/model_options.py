@@ -27,15 +27,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
+from pydantic import BaseModel, StrictBool, StrictStr, ValidationError, create_model
 
 from juggler.config import Settings
 from juggler.errors import BadRequest
 from juggler.options import LoadOverrides, ModelOptions, bad_request_from
 from juggler.router.bodies import read_json
 from juggler.router.deps import RouterState, state_of
+from juggler.router.openapi import body_of
 
 router = APIRouter()
+
+#: The POST body, for the API document: the options, a mirrored `model_name`, `dry_run`.
+OptionsRequest: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    "OptionsRequest",
+    __base__=LoadOverrides,
+    model_name=(StrictStr | None, None),
+    dry_run=(StrictBool, False),
+)
 
 #: Body keys that are not options: the model (the URL names it) and the preview switch.
 _CONTROL = ("model_name", "dry_run")
@@ -110,7 +119,7 @@ async def get_options(model_id: str, request: Request) -> dict[str, Any]:
     return view(model_id, recipe, saved, saved, state.settings)
 
 
-@router.post("/models/{model_id:path}/options")
+@router.post("/models/{model_id:path}/options", openapi_extra=body_of(OptionsRequest))
 async def set_options(model_id: str, request: Request) -> dict[str, Any]:
     state = state_of(request)
     name, recipe = _model(state, model_id)

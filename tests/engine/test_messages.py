@@ -24,6 +24,7 @@ def every_kind(reply: asyncio.Future[typing.Any]) -> list[m.Command]:
         m.EndSession("s", reply),
         m.Downsize(0, reply),
         m.DropAdapter(0, "a", reply),
+        m.EraseSlot(0, 1, reply),
         m.Complete("r", reply, (1, 2), SamplingParams(), sink, 0.0),
         m.Embed("r", reply, ((1,),)),
         m.Rerank("r", reply, ((1,),)),
@@ -52,7 +53,7 @@ def test_reply_of_finds_the_future_of_commands_that_wait() -> None:
     async def go() -> None:
         reply = asyncio.get_running_loop().create_future()
         waits = [c for c in every_kind(reply) if m.reply_of(c) is reply]
-        assert len(waits) == 10
+        assert len(waits) == 11
         assert m.reply_of(m.Shutdown()) is None
 
     asyncio.run(go())
