@@ -134,7 +134,7 @@ def test_a_value_that_cannot_be_honoured_is_refused_naming_it(
     assert "not supported" in err.message
 
 
-INVALID: list[tuple[dict[str, Any], str]] = [
+INVALID: list[tuple[dict[str, Any], str | None]] = [
     ({"include": ["everything"]}, "include.0"),
     ({"include": "message.output_text.logprobs"}, "include"),
     ({"truncation": "middle"}, "truncation"),
