@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     StrictStr,
     field_validator,
     model_validator,
@@ -282,14 +283,70 @@ class CompletionRequest(GenerationBody):
         return self.prompt[0]
 
 
+def _token_ids(value: list[Any], where: str) -> list[int]:
+    """A non-empty list of token ids (ints >= 0; their upper bound is the model's
+    vocabulary, checked by the backend that has it)."""
+    if not value:
+        raise ValueError(f"{where} is an empty list of token ids")
+    if len(value) > MAX_INPUTS:
+        raise ValueError(f"{where} has {len(value)} token ids; at most {MAX_INPUTS}")
+    for token in value:
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise ValueError(f"{where} mixes token ids with {type(token).__name__} values")
+        if token < 0:
+            raise ValueError(f"{where} holds the negative token id {token}")
+    return value
+
+
+def embedding_input(value: Any) -> Any:
+    """OpenAI's four forms of embeddings input: a string, a list of strings, a list of
+    token ids, or a list of lists of token ids; anything else (an empty list, forms
+    mixed in one list, a negative id) is refused naming `input`."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise ValueError(
+            "expected a string, a list of strings, a list of token ids or a list of lists "
+            "of token ids"
+        )
+    if not value:
+        raise ValueError("the list is empty")
+    if all(isinstance(v, str | list) for v in value):
+        if len(value) > MAX_INPUTS:
+            raise ValueError(f"at most {MAX_INPUTS} inputs in one request (got {len(value)})")
+        if all(isinstance(v, str) for v in value):
+            return value
+        if all(isinstance(v, list) for v in value):
+            for i, ids in enumerate(value):
+                _token_ids(ids, f"input {i}")
+            return value
+    if any(isinstance(v, str | list) for v in value):
+        raise ValueError("give one form: strings, token ids or lists of token ids, not a mix")
+    return _token_ids(value, "the input")
+
+
+#: What an embeddings request embeds: texts, or token id sequences of the model's own
+#: vocabulary (embedded as given, never detokenized).
+EmbeddingInput = str | list[int]
+
+
 class EmbeddingRequest(_Body):
-    input: Annotated[str | list[str], capped(MAX_INPUTS, "inputs")]
+    input: Annotated[
+        str | list[str] | list[StrictInt] | list[list[StrictInt]],
+        BeforeValidator(embedding_input),
+    ]
     model: StrictStr | None = None
     #: "base64": little-endian float32 vectors, base64-encoded (the router encodes them).
     encoding_format: Literal["float", "base64"] | None = None
 
-    def texts(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+    def inputs(self) -> list[EmbeddingInput]:
+        """One entry per vector: a text, or a sequence of token ids."""
+        value = self.input
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value[0], int):  # validated: one form, never empty
+            return [value]
+        return list(value)
 
 
 class RerankRequest(_Body):

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from juggler.compute.board import reader_from_env
@@ -303,13 +304,28 @@ class Engine:
         return await reply
 
     # -- embeddings / reranking --------------------------------------------------------
-    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+    async def embed(self, items: Sequence[str | Sequence[int]]) -> tuple[list[list[float]], int]:
+        """One vector per item: a text is tokenized with the model's special tokens; a
+        sequence of token ids (of this model's vocabulary) is embedded exactly as given."""
         self._require(ModelType.EMBEDDING, "an embedding model")
-        inputs = tuple(
-            tuple(self.model.tokenize(t, add_special=True, parse_special=False)) for t in texts
-        )
+        n_vocab = self.model.n_vocab
+        inputs: list[tuple[int, ...]] = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                inputs.append(
+                    tuple(self.model.tokenize(item, add_special=True, parse_special=False))
+                )
+                continue
+            bad = next((t for t in item if not 0 <= t < n_vocab), None)
+            if bad is not None:
+                raise BadRequest(
+                    f"input: token {bad} (input {i}) is outside the model's vocabulary "
+                    f"(0..{n_vocab - 1})",
+                    param="input",
+                )
+            inputs.append(tuple(item))
         reply: asyncio.Future[list[list[float]]] = self._future()
-        self._send(Embed(uuid.uuid4().hex, reply, inputs))
+        self._send(Embed(uuid.uuid4().hex, reply, tuple(inputs)))
         return await reply, sum(len(i) for i in inputs)
 
     async def rerank(self, query: str, documents: list[str]) -> tuple[list[float], int]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from juggler.engine.worker.embed import group_inputs, l2_normalize
@@ -111,3 +113,58 @@ def test_rerank_sorts_by_score_with_lemonade_shape(rerank_backend: Backend) -> N
     assert body["usage"]["prompt_tokens"] > 0
     assert [r["index"] for r in top["results"]] == [r["index"] for r in results[:2]]
     assert all("document" not in r for r in top["results"])
+
+
+def vectors(c: httpx.Client, value: Any) -> list[list[float]]:
+    r = c.post("/v1/embeddings", json={"input": value})
+    assert r.status_code == 200, r.text
+    return [d["embedding"] for d in r.json()["data"]]
+
+
+@pytest.mark.slow
+def test_token_ids_reach_the_model_as_tokens_in_all_four_input_forms(
+    embed_backend: Backend,
+) -> None:
+    """Issue 24: "Accept all four input forms the OpenAI API defines (string, array of
+    strings, array of token ids, array of arrays of token ids). Token ids are ids of the
+    embedding model's own vocabulary [...] they must reach the engine as tokens, not be
+    detokenized into lossy text". The ids of a text (its special tokens included, as
+    /tokenize gives them) embed to the text's own vector; usage counts them."""
+    with embed_backend.client() as c:
+        ids = [
+            c.post("/tokenize", json={"content": s, "add_special": True}).json()["tokens"]
+            for s in SENTENCES[:2]
+        ]
+        by_text = vectors(c, SENTENCES[:2])
+        assert cos(vectors(c, SENTENCES[0])[0], by_text[0]) > 0.9999
+        assert cos(vectors(c, ids[0])[0], by_text[0]) > 0.9999
+        by_ids = vectors(c, ids)
+        assert all(cos(a, b) > 0.9999 for a, b in zip(by_ids, by_text, strict=True))
+        used = c.post("/v1/embeddings", json={"input": ids}).json()["usage"]["prompt_tokens"]
+        assert used == len(ids[0]) + len(ids[1])
+        # Without its [CLS] and [SEP] a sequence is another sequence: embedded as given.
+        bare = vectors(c, ids[0][1:-1])[0]
+        assert 0.5 < cos(bare, by_text[0]) < 0.9999
+
+
+@pytest.mark.slow
+def test_bad_token_ids_and_forms_are_refused_naming_input(embed_backend: Backend) -> None:
+    """Issue 24: "out-of-range id -> 400 naming `input`"; an empty list, mixed types,
+    negative ids and lists over the input cap are 400 too."""
+    with embed_backend.client() as c:
+        for value in (
+            [101, 10**6, 102],
+            [[101, 102], [101, 2**40]],
+            [],
+            [[]],
+            [101, -1, 102],
+            ["a", 101],
+            [[101], "a"],
+            [101, 1.5],
+            [True, 101],
+            ["x"] * 2049,
+            [7] * 2049,
+        ):
+            r = c.post("/v1/embeddings", json={"input": value})
+            assert r.status_code == 400, (value, r.text)
+            assert r.json()["error"]["param"] == "input", r.text

@@ -250,10 +250,7 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     # -- embeddings / reranking ------------------------------------------------------
     @app.post("/v1/embeddings")
     async def embeddings(body: api.EmbeddingRequest) -> dict[str, Any]:
-        texts = body.texts()
-        if not texts:
-            raise BadRequest("input is empty", param="input")
-        vecs, n_tokens = await engine.embed(texts)
+        vecs, n_tokens = await engine.embed(body.inputs())
         return {
             "object": "list",
             "model": name,
