@@ -283,13 +283,18 @@ class CompletionRequest(GenerationBody):
         return self.prompt[0]
 
 
+#: Most token ids in one embeddings input: far over any embedding model's context (the
+#: backend refuses an input its context cannot hold), a bound before any work.
+MAX_TOKEN_IDS = 65536
+
+
 def _token_ids(value: list[Any], where: str) -> list[int]:
     """A non-empty list of token ids (ints >= 0; their upper bound is the model's
     vocabulary, checked by the backend that has it)."""
     if not value:
         raise ValueError(f"{where} is an empty list of token ids")
-    if len(value) > MAX_INPUTS:
-        raise ValueError(f"{where} has {len(value)} token ids; at most {MAX_INPUTS}")
+    if len(value) > MAX_TOKEN_IDS:
+        raise ValueError(f"{where} has {len(value)} token ids; at most {MAX_TOKEN_IDS}")
     for token in value:
         if isinstance(token, bool) or not isinstance(token, int):
             raise ValueError(f"{where} mixes token ids with {type(token).__name__} values")
@@ -312,8 +317,9 @@ def embedding_input(value: Any) -> Any:
     if not value:
         raise ValueError("the list is empty")
     if all(isinstance(v, str | list) for v in value):
-        if len(value) > MAX_INPUTS:
-            raise ValueError(f"at most {MAX_INPUTS} inputs in one request (got {len(value)})")
+        most = limit_value(MAX_INPUTS)
+        if len(value) > most:
+            raise ValueError(f"at most {most} inputs in one request (got {len(value)})")
         if all(isinstance(v, str) for v in value):
             return value
         if all(isinstance(v, list) for v in value):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from juggler.api.openai import MAX_INPUTS, EmbeddingRequest
+from juggler.api.openai import MAX_INPUTS, MAX_TOKEN_IDS, EmbeddingRequest
 from juggler.errors import BadRequest
 from juggler.router.bodies import validate
 
@@ -28,7 +28,7 @@ def test_the_four_forms_are_one_entry_per_vector() -> None:
     assert inputs([[101, 7592, 102], [101, 102]]) == [[101, 7592, 102], [101, 102]]
     assert inputs([0]) == [[0]]
     assert len(inputs(["x"] * MAX_INPUTS)) == MAX_INPUTS
-    assert inputs([5] * MAX_INPUTS) == [[5] * MAX_INPUTS]
+    assert inputs([5] * MAX_TOKEN_IDS) == [[5] * MAX_TOKEN_IDS]
 
 
 BAD: list[Any] = [
@@ -48,9 +48,9 @@ BAD: list[Any] = [
     [None],
     [{"text": "a"}],
     ["x"] * (MAX_INPUTS + 1),
-    [7] * (MAX_INPUTS + 1),
+    [7] * (MAX_TOKEN_IDS + 1),
     [[7]] * (MAX_INPUTS + 1),
-    [[7] * (MAX_INPUTS + 1)],
+    [[7] * (MAX_TOKEN_IDS + 1)],
     {"a": 1},
     7,
     None,
