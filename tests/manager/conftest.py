@@ -48,8 +48,9 @@ def resolve_path(info: ModelInfo) -> Path:
     return path
 
 
-def run(coro: Awaitable[T], timeout_s: float = 90.0) -> T:
-    """Run one test scenario on a fresh loop, with a deadline."""
+def run(coro: Awaitable[T], timeout_s: float = 240.0) -> T:
+    """Run one test scenario on a fresh loop, with a deadline (generous: it bounds a hang,
+    under pytest-timeout's 300 s, and must hold for real backends on a busy machine)."""
 
     async def bounded() -> T:
         return await asyncio.wait_for(coro, timeout_s)
@@ -71,14 +72,45 @@ async def running(
 
 
 async def until(
-    predicate: Callable[[], bool], timeout_s: float = 30.0, step_s: float = 0.01
+    predicate: Callable[[], bool], timeout_s: float = 60.0, step_s: float = 0.01
 ) -> None:
-    """Poll a condition with a deadline (never a bare sleep)."""
+    """Poll a condition with a deadline (never a bare sleep). The deadline is generous
+    (real backend processes start slowly on a busy machine): it only bounds a failure."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError("condition not met before the deadline")
         await asyncio.sleep(step_s)
+
+
+class FakeClock:
+    """The residency table's wall clock (`last_use`, idle timeouts), moved by the test:
+    idle policies are decided on it, so no sleep and no busy machine decides a test."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """Stops the table's clock: time passes only when the test adds to `clock.now`."""
+    from juggler.manager import table
+
+    fake = FakeClock()
+    monkeypatch.setattr(table, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def restarts_never_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog's restart of a dead backend is not due during the test (it is not
+    what the test is about): its 0.5 s backoff would otherwise race the test's next step."""
+    from juggler.manager import watchdog
+
+    monkeypatch.setattr(watchdog, "restart_delay", lambda attempt: 3600.0)
 
 
 def stub(

@@ -107,6 +107,7 @@ def test_ten_concurrent_loads_never_overlap(fakes: Fakes) -> None:
     run(scenario())
 
 
+@pytest.mark.usefixtures("restarts_never_due")
 def test_killed_backend_is_noticed_and_slot_freed(fakes: Fakes) -> None:
     """Issue 4 tests: "a backend killed with SIGKILL is noticed and its slot freed" """
     reg = FakeRegistry(fakes.model("a"), fakes.model("b"))
@@ -124,6 +125,7 @@ def test_killed_backend_is_noticed_and_slot_freed(fakes: Fakes) -> None:
     run(scenario())
 
 
+@pytest.mark.usefixtures("restarts_never_due")
 def test_unresponsive_backend_reported_by_router_is_dropped(fakes: Fakes) -> None:
     """ARCHITECTURE: "`BackendDead` means the backend process is gone and the manager must
     drop it from the table." -- a backend that stops answering (SIGSTOP) is probed after

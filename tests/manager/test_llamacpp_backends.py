@@ -81,7 +81,7 @@ def test_lru_two_slots_three_llms(tmp_path: Path) -> None:
             lease.release()
             assert resident(m) == ["llm-b", "llm-c"] and not alive(a.pid)
 
-    run(scenario(), timeout_s=120)
+    run(scenario())
 
 
 def test_embedding_load_never_evicts_an_llm(tmp_path: Path, pooled_gguf: Path) -> None:
@@ -102,7 +102,7 @@ def test_embedding_load_never_evicts_an_llm(tmp_path: Path, pooled_gguf: Path) -
             assert emb2.to_health()["type"] == "embedding"
             assert resident(m) == ["chat", "emb2"] and alive(chat.pid)
 
-    run(scenario(), timeout_s=120)
+    run(scenario())
 
 
 def test_streaming_model_not_evicted_until_stream_ends(tmp_path: Path) -> None:
@@ -141,9 +141,10 @@ def test_streaming_model_not_evicted_until_stream_ends(tmp_path: Path) -> None:
             await loading
             assert resident(m) == ["next"] and not alive(lease.pid)
 
-    run(scenario(), timeout_s=120)
+    run(scenario())
 
 
+@pytest.mark.usefixtures("restarts_never_due")
 def test_sigkilled_backend_is_noticed_and_slot_freed(tmp_path: Path) -> None:
     """Issue 4 tests: "a backend killed with SIGKILL is noticed and its slot freed" """
     paths = copies(tmp_path, "victim", "other")
@@ -159,4 +160,4 @@ def test_sigkilled_backend_is_noticed_and_slot_freed(tmp_path: Path) -> None:
             other = await m.load("other")
             assert m.stats().get("evictions", 0) == 0 and alive(other.pid)
 
-    run(scenario(), timeout_s=120)
+    run(scenario())

@@ -20,9 +20,10 @@ def names(manager: Manager) -> list[str]:
 
 
 async def soon(predicate: object) -> None:
-    await until(predicate, timeout_s=5.0, step_s=0.001)  # type: ignore[arg-type]
+    await until(predicate, step_s=0.001)  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("restarts_never_due")
 def test_lease_by_server_id_never_loads_and_refuses_a_server_not_ready() -> None:
     """Issue 9: `lease(server_id)` is "a lease on that exact server if it is READY, never
     loading anything; raises `ModelNotLoaded` if that server is not ready (evicting, gone,

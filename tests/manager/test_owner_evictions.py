@@ -12,8 +12,9 @@ from juggler.errors import CheckpointMissing, LoadFailed, ModelNotLoaded, Recipe
 from juggler.manager import Manager, ServerState
 from juggler.types import ModelInfo
 
-from .conftest import FakeRegistry, run, running, settings, stub, until
+from .conftest import FakeClock, FakeRegistry, run, running, settings, stub, until
 from .fake_spawner import FakeSpawner
+from .test_eviction_engine import FakeSource, managed
 
 
 def names(manager: Manager) -> list[str]:
@@ -25,7 +26,7 @@ def status(manager: Manager, name: str) -> ServerState | None:
 
 
 async def soon(predicate: object) -> None:
-    await until(predicate, timeout_s=5.0, step_s=0.001)  # type: ignore[arg-type]
+    await until(predicate, step_s=0.001)  # type: ignore[arg-type]
 
 
 def test_slow_eviction_of_another_type_does_not_hold_up_a_load() -> None:
@@ -153,6 +154,7 @@ def test_missing_file_never_evicts(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     run(scenario())
 
 
+@pytest.mark.usefixtures("restarts_never_due")
 def test_dead_backend_is_dropped_and_its_slot_freed() -> None:
     """Issue 4 tests: "a backend killed with SIGKILL is noticed and its slot freed" """
     fake = FakeSpawner()
@@ -170,6 +172,7 @@ def test_dead_backend_is_dropped_and_its_slot_freed() -> None:
     run(scenario())
 
 
+@pytest.mark.usefixtures("restarts_never_due")
 def test_unresponsive_backend_reported_by_router_is_stopped() -> None:
     """ARCHITECTURE: "`EngineDead` means the engine behind a backend is gone: the manager
     drops that backend from its table." -- a reported backend that answers stays; one that
@@ -191,21 +194,29 @@ def test_unresponsive_backend_reported_by_router_is_stopped() -> None:
     run(scenario())
 
 
-def test_auto_evict_unloads_idle_servers_but_not_busy_ones() -> None:
+def test_auto_evict_unloads_idle_servers_but_not_busy_ones(clock: FakeClock) -> None:
     """Seed 002: "after evict_idle_timeout seconds idle ... the model is fully unloaded" and
-    "Models currently processing inference requests cannot be evicted until they finish." """
+    "Models currently processing inference requests cannot be evicted until they finish."
+    Idle time passes on the table's clock, moved by the test; memory is never short."""
     fake = FakeSpawner()
     reg = FakeRegistry(stub("busy"), stub("idle"), stub("plain"))
 
     async def scenario() -> None:
-        async with running(settings(max_loaded_models=-1), reg, fake) as m:
+        async with managed(settings(max_loaded_models=-1), reg, fake, FakeSource()) as m:
             await m.load("plain")  # auto_evict is off by default
-            await m.load("busy", {"auto_evict": True, "evict_idle_timeout": 0.05})
+            await m.load("busy", {"auto_evict": True, "evict_idle_timeout": 5})
             lease = await m.acquire("busy")
-            await m.load("idle", {"auto_evict": True, "evict_idle_timeout": 0.02})
+            await m.load("idle", {"auto_evict": True, "evict_idle_timeout": 2})
+            assert names(m) == ["busy", "idle", "plain"], "no time has passed"
+            clock.now += 10
             await soon(lambda: names(m) == ["busy", "plain"])
             assert m.stats()["auto_evictions"] == 1
             lease.release()
+            await soon(lambda: not any(s.is_busy for s in m.snapshot()))  # a use, now
+            clock.now += 4
+            await m.simulate_pressure(0.5)  # a message: the idle pass runs after it
+            assert names(m) == ["busy", "plain"], "idle for 4 s of its 5"
+            clock.now += 2
             await soon(lambda: names(m) == ["plain"])
 
     run(scenario())

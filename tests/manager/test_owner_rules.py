@@ -20,7 +20,7 @@ def names(manager: Manager) -> list[str]:
 
 
 async def soon(predicate: object) -> None:
-    await until(predicate, timeout_s=5.0, step_s=0.001)  # type: ignore[arg-type]
+    await until(predicate, step_s=0.001)  # type: ignore[arg-type]
 
 
 def before(spawner: FakeSpawner, first: tuple[str, str], then: tuple[str, str]) -> bool:
