@@ -15,15 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field, StrictBool, StrictStr
 
 from juggler.api.structured import Strict
 from juggler.errors import NotImplementedParam
-
-if TYPE_CHECKING:
-    from juggler.api.responses import ResponsesRequest
 
 #: What `include` may name (the API's `ResponseIncludable`).
 Includable = Literal[
@@ -142,18 +139,48 @@ HOSTED_TOOL_TYPES = frozenset(
 )
 
 
+class ResponsesBody(Protocol):
+    """What the rules read of a `responses.ResponsesRequest` (which imports this module,
+    so the rules name only the fields they read)."""
+
+    @property
+    def background(self) -> Any: ...
+    @property
+    def conversation(self) -> Any: ...
+    @property
+    def prompt(self) -> PromptRef | None: ...
+    @property
+    def context_management(self) -> Any: ...
+    @property
+    def moderation(self) -> ModerationOptions | None: ...
+    @property
+    def access_programs(self) -> AccessPrograms | None: ...
+    @property
+    def image(self) -> ImageOptions | None: ...
+    @property
+    def service_tier(self) -> Any: ...
+    @property
+    def prompt_cache_retention(self) -> Any: ...
+    @property
+    def prompt_cache_options(self) -> PromptCacheOptions | None: ...
+    @property
+    def reasoning(self) -> ReasoningOptions | None: ...
+    @property
+    def text(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Rule:
     param: str
-    refused: Callable[[ResponsesRequest], bool]
+    refused: Callable[[ResponsesBody], bool]
     why: str
 
 
-def _reasoning(b: ResponsesRequest) -> ReasoningOptions:
+def _reasoning(b: ResponsesBody) -> ReasoningOptions:
     return b.reasoning or ReasoningOptions()
 
 
-def _cache(b: ResponsesRequest) -> PromptCacheOptions:
+def _cache(b: ResponsesBody) -> PromptCacheOptions:
     return b.prompt_cache_options or PromptCacheOptions()
 
 
@@ -241,7 +268,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def refusal(body: ResponsesRequest) -> NotImplementedParam | None:
+def refusal(body: ResponsesBody) -> NotImplementedParam | None:
     """The first value of `body` Juggler cannot honour, as the 400 that names it."""
     for rule in RULES:
         if rule.refused(body):

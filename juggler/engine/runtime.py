@@ -306,8 +306,15 @@ class Engine:
     # -- embeddings / reranking --------------------------------------------------------
     async def embed(self, items: Sequence[str | Sequence[int]]) -> tuple[list[list[float]], int]:
         """One vector per item: a text is tokenized with the model's special tokens; a
-        sequence of token ids (of this model's vocabulary) is embedded exactly as given."""
+        sequence of token ids (of this model's vocabulary) is embedded exactly as given.
+        Tokenizing runs in a thread, never on the loop that streams other requests."""
         self._require(ModelType.EMBEDDING, "an embedding model")
+        inputs = await asyncio.to_thread(self._embed_inputs, items)
+        reply: asyncio.Future[list[list[float]]] = self._future()
+        self._send(Embed(uuid.uuid4().hex, reply, tuple(inputs)))
+        return await reply, sum(len(i) for i in inputs)
+
+    def _embed_inputs(self, items: Sequence[str | Sequence[int]]) -> list[tuple[int, ...]]:
         n_vocab = self.model.n_vocab
         inputs: list[tuple[int, ...]] = []
         for i, item in enumerate(items):
@@ -324,14 +331,16 @@ class Engine:
                     param="input",
                 )
             inputs.append(tuple(item))
-        reply: asyncio.Future[list[list[float]]] = self._future()
-        self._send(Embed(uuid.uuid4().hex, reply, tuple(inputs)))
-        return await reply, sum(len(i) for i in inputs)
+        return inputs
 
     async def rerank(self, query: str, documents: list[str]) -> tuple[list[float], int]:
         self._require(ModelType.RERANKING, "a reranking model")
         native = self._native_model()
-        inputs = tuple(tuple(rerank_tokens(native, query, doc)) for doc in documents)
+
+        def tokens() -> tuple[tuple[int, ...], ...]:
+            return tuple(tuple(rerank_tokens(native, query, doc)) for doc in documents)
+
+        inputs = await asyncio.to_thread(tokens)
         reply: asyncio.Future[list[list[float]]] = self._future()
         self._send(Rerank(uuid.uuid4().hex, reply, inputs))
         scores = await reply
