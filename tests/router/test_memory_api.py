@@ -83,7 +83,8 @@ def test_idle_downsize_frees_the_kv_and_the_next_request_restores_it(
         "model_name": DEFAULT_MODEL,
         "ctx_size": CTX,
         "auto_evict": True,
-        "downsize_idle_timeout": 2,
+        # Long enough for the steps below to read the active size first, on a busy machine.
+        "downsize_idle_timeout": 5,
         "evict_idle_timeout": 3600,
     }
     with server.client() as c:
@@ -94,7 +95,9 @@ def test_idle_downsize_frees_the_kv_and_the_next_request_restores_it(
         assert turn(c, sids[0], story) == turn(c, sids[1], story)
         control = turn(c, sids[1], " The end.")  # before any downsize
         c.delete(f"/api/v1/sessions/{sids[1]}")
-        rss_active = entry(server, DEFAULT_MODEL)["memory"]["rss_bytes"]  # type: ignore[index]
+        active = entry(server, DEFAULT_MODEL)
+        assert active is not None and active["status"] in ("ready", "in_use"), active
+        rss_active = active["memory"]["rss_bytes"]
         health = server.wait_for(status_is(DEFAULT_MODEL, "downsized"), timeout_s=60)
         downsized = next(m for m in health["all_models_loaded"])  # type: ignore[attr-defined]
         freed = rss_active - downsized["memory"]["rss_bytes"]
