@@ -16,6 +16,11 @@ from juggler.options import EngineFlags, flag_of
 
 #: Flags a client may not pass in `llamacpp_args`: they have their own load option.
 OWNED_FLAGS: dict[str, str] = {"ctx_size": "ctx_size", "n_gpu_layers": "llamacpp_backend"}
+#: llama-server flags accepted only at the value that is what Juggler does anyway (they
+#: change nothing, so no engine flag carries them), with what Juggler does.
+NEUTRAL_FLAGS: dict[str, tuple[str, str]] = {
+    "--reasoning-format": ("none", "Juggler leaves a model's reasoning in the content"),
+}
 
 
 def field_type(info: FieldInfo) -> tuple[type, tuple[str, ...] | None]:
@@ -42,6 +47,9 @@ def parse_llamacpp_args(text: str) -> dict[str, Any]:
     while i < len(tokens):
         token = tokens[i]
         flag, eq, inline = token.partition("=")
+        if flag in NEUTRAL_FLAGS:
+            i = _neutral(flag, inline if eq else None, tokens, i)
+            continue
         name = known.get(flag)
         if name is None:
             choices = ", ".join(sorted(f for f, n in known.items() if n not in OWNED_FLAGS))
@@ -72,3 +80,17 @@ def parse_llamacpp_args(text: str) -> dict[str, Any]:
             f"llamacpp_args: {flag_of(name)}: {err['msg']}", param="llamacpp_args"
         ) from None
     return {k: getattr(checked, k) for k in values}
+
+
+def _neutral(flag: str, inline: str | None, tokens: list[str], i: int) -> int:
+    """Check a NEUTRAL_FLAGS flag's value; the index after it. Raises BadRequest."""
+    value = inline if inline is not None else (tokens[i + 1] if i + 1 < len(tokens) else None)
+    if value is None:
+        raise BadRequest(f"llamacpp_args: {flag} needs a value", param="llamacpp_args")
+    accepted, what = NEUTRAL_FLAGS[flag]
+    if value != accepted:
+        raise BadRequest(
+            f"llamacpp_args: {flag} {value!r} is not supported: {what} ({flag} {accepted})",
+            param="llamacpp_args",
+        )
+    return i + 1 if inline is not None else i + 2

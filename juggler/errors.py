@@ -24,6 +24,7 @@
     ├── HubUnreachable                502     hub_unreachable    (the model hub did not answer)
     │   └── ChecksumMismatch          502     checksum_mismatch  (a download came corrupt)
     ├── InsufficientStorage           507     insufficient_storage (the disk is full)
+    ├── NotSupported                  501     not_supported      (a route Juggler cannot serve)
     └── Overloaded                    503     overloaded
 
 Two families matter to the manager. A request's recoverable errors (4xx, `EngineError`)
@@ -210,6 +211,15 @@ class Overloaded(JugglerError):
     status = 503
     code = "overloaded"
     type = "server_error"
+
+
+class NotSupported(JugglerError):
+    """A known route whose function Juggler cannot provide (Ollama's push: there is no
+    registry to push to); 501 as Lemonade and llama.cpp refuse such routes."""
+
+    status = 501
+    code = "not_supported"
+    type = "not_supported_error"
 
 
 def is_missing_file(error: BaseException) -> bool:

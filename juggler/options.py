@@ -119,8 +119,18 @@ class ModelOptions(BaseModel):
         return (self.ctx_size, self.llamacpp_backend, self.llamacpp_args)
 
     def recipe_options(self) -> dict[str, Any]:
-        """Lemonade's `recipe_options` object for health entries."""
-        return self.model_dump()
+        """Lemonade's `recipe_options` object for health entries: the options that launch
+        the backend (`ctx_size`, `llamacpp_backend`, `llamacpp_args`, as lemonade.md's
+        example), and each other option only when it is not its default (Lemonade shows
+        the options some layer set, never a default eviction setting: its suite checks
+        that `auto_evict` and `evict_idle_timeout` stay out after an auto-load)."""
+        values = self.model_dump()
+        return {k: v for k, v in values.items() if k in LAUNCH_OPTIONS or v != _DEFAULTS.get(k)}
+
+
+#: The options health's `recipe_options` always shows: they shape the backend's launch.
+LAUNCH_OPTIONS = frozenset({"ctx_size", "llamacpp_backend", "llamacpp_args"})
+_DEFAULTS: dict[str, Any] = ModelOptions().model_dump()
 
 
 def _optional(info: FieldInfo) -> tuple[Any, Any]:

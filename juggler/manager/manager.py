@@ -14,7 +14,7 @@ import contextlib
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -197,18 +197,19 @@ class Manager:
         overrides: Mapping[str, Any] | BaseModel | None = None,
         *,
         pinned: bool | None = None,
+        ignore_saved: Collection[str] = (),
     ) -> ServerSnapshot:
         """Explicit /load. `overrides` are the body's per-model options (None values: not
-        given), merged over the model's saved options and then the settings (Lemonade's
-        priority order: load body > saved options > CLI/env/config) and checked before
-        anything is queued: a bad one raises BadRequest and evicts nothing. Same model
-        with the same launch options: no-op that refreshes its last use (and applies
-        `pinned` if given); other options: reload. Blocks until the model is ready.
-        Raises as `acquire` does."""
+        given), merged over the model's saved options (less those in `ignore_saved`: a
+        body's explicit nulls) and then the settings (Lemonade's priority order: load
+        body > saved options > CLI/env/config) and checked before anything is queued: a
+        bad one raises BadRequest and evicts nothing. Same model with the same launch
+        options: no-op that refreshes its last use (and applies `pinned` if given); other
+        options: reload. Blocks until the model is ready. Raises as `acquire` does."""
         given = (
             overrides.model_dump() if isinstance(overrides, BaseModel) else dict(overrides or {})
         )
-        merged = dict(self._saved(model_name))
+        merged = {k: v for k, v in self._saved(model_name).items() if k not in ignore_saved}
         merged.update({k: v for k, v in given.items() if v is not None})
         options = self.settings.model_options(merged or None)
         plan = await self._prepare(model_name, options)

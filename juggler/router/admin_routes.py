@@ -16,7 +16,14 @@ from juggler.router.bodies import parse
 from juggler.router.deps import state_of
 from juggler.router.model_routes import is_admin, is_local_owner
 from juggler.router.openapi import body_of
-from juggler.router.schemas import LoadRequest, PinRequest, UnloadRequest, load_overrides
+from juggler.router.schemas import (
+    LoadRequest,
+    PinRequest,
+    UnloadRequest,
+    load_overrides,
+    options_to_save,
+    tombstones,
+)
 from juggler.router.security import check_registration
 
 router = APIRouter()
@@ -110,12 +117,16 @@ async def load(request: Request) -> dict[str, Any]:
         )
     state.registry.get(body.model_name)  # 404 model_not_found before anything queues
     given = load_overrides(body)
+    cleared = tombstones(body)  # explicit nulls: this load skips those saved options
     if body.save_options:
         # Checked first: options that cannot load are not saved.
         state.manager.settings.model_options(given)
-    snapshot = await state.manager.load(body.model_name, given, pinned=body.pinned)
+    snapshot = await state.manager.load(
+        body.model_name, given, pinned=body.pinned, ignore_saved=cleared
+    )
     if body.save_options:
-        state.pins.save_options(body.model_name, given)
+        saved = state.pins.saved_options(body.model_name)
+        state.pins.save_options(body.model_name, options_to_save(saved, given, cleared))
     if body.pinned is not None:
         state.pins.record(snapshot)
     return {

@@ -57,8 +57,14 @@ def max_context_window(info: ModelInfo, facts: FileFacts) -> int | None:
     return info.max_context_window
 
 
-def model_entry(info: ModelInfo, saved_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One model in Lemonade's /models shape (a superset of OpenAI's)."""
+def model_entry(
+    info: ModelInfo,
+    saved_options: dict[str, Any] | None = None,
+    *,
+    context_length: int | None = None,
+) -> dict[str, Any]:
+    """One model in Lemonade's /models shape (a superset of OpenAI's); `context_length`
+    when the caller knows it (openai.md: omitted when it is not known)."""
     facts = file_facts(info)
     size_gb = info.size_gb
     if facts.size_bytes is not None:
@@ -78,6 +84,8 @@ def model_entry(info: ModelInfo, saved_options: dict[str, Any] | None = None) ->
     }
     if size_gb is not None:
         entry["size"] = size_gb
+    if context_length is not None:
+        entry["context_length"] = context_length
     if saved_options:
         entry["recipe_options"] = dict(saved_options)
     return entry

@@ -1,6 +1,7 @@
 """Run-time configuration as Lemonade's CLI drives it: `GET /internal/config` shows the
 settings in force, `POST /internal/set {"key": value, ...}` changes them (what
-`lemonade config set key=value` and `juggler config set` send).
+`lemonade config set key=value` and `juggler config set` send; Lemonade's nested form
+`{"llamacpp": {"backend": "cpu"}}` is `llamacpp.backend`).
 
 Every key is validated as the config file is (an unknown key or a bad value is a 400
 naming it), kept in the config file so it survives a restart, and applied as far as a
@@ -28,6 +29,7 @@ from pydantic.fields import FieldInfo
 from juggler.api.openai import configure_limits
 from juggler.config import KEYS, ConfigError, Settings, set_value, validate
 from juggler.errors import BadRequest, Forbidden
+from juggler.options import LlamacppBackend
 from juggler.router.bodies import read_json
 from juggler.router.deps import RouterState, state_of
 from juggler.router.openapi import body_of
@@ -78,19 +80,45 @@ def _optional(info: FieldInfo) -> tuple[Any, Any]:
     return inner, Field(None, description=info.description)
 
 
+class LlamacppSection(BaseModel):
+    """Lemonade's nested form: `{"llamacpp": {"backend": "cpu", "args": ""}}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: LlamacppBackend | None = Field(None, description="llamacpp_backend")
+    args: str | None = Field(None, description="llamacpp_args")
+
+
 #: The body of /internal/set: any setting but the file-only ones (values are checked
-#: as the config file's are).
+#: as the config file's are), and Lemonade's nested `llamacpp` section.
 SetRequest: type[BaseModel] = create_model(  # type: ignore[call-overload]
     "SetRequest",
     __config__=ConfigDict(extra="forbid"),
+    llamacpp=(LlamacppSection | None, Field(None, description="llamacpp.backend, .args")),
     **{key: _optional(Settings.model_fields[key]) for key in KEYS if key not in FILE_ONLY},
 )
 
 
-def changes_of(raw: dict[str, Any]) -> dict[str, Any]:
-    """The keys a /internal/set body changes, aliases resolved; raises 400/403. Pure."""
+def flatten(raw: dict[str, Any]) -> dict[str, Any]:
+    """Lemonade's config nests a backend's settings under its name (`{"llamacpp":
+    {"backend": "cpu"}}`, as its test tools send them): a nested object becomes dotted
+    keys (`llamacpp.backend`), which ALIASES resolves or changes_of refuses. Pure."""
     out: dict[str, Any] = {}
     for key, value in raw.items():
+        if not isinstance(value, dict):
+            out[key] = value
+        elif not value:
+            raise BadRequest(f"{key}: give at least one setting", param=key)
+        else:
+            out.update({f"{key}.{sub}": v for sub, v in value.items()})
+    return out
+
+
+def changes_of(raw: dict[str, Any]) -> dict[str, Any]:
+    """The keys a /internal/set body changes, nested sections flattened and aliases
+    resolved; raises 400/403. Pure."""
+    out: dict[str, Any] = {}
+    for key, value in flatten(raw).items():
         name = ALIASES.get(key, key)
         if name in FILE_ONLY:
             raise Forbidden(f"{name} can only be set in the config file or the environment")

@@ -1,6 +1,7 @@
 """Ollama's model routes: `/api/version`, `/api/tags`, `/api/ps`, `/api/show`,
 `/api/pull` (NDJSON progress), `/api/delete`, `/api/copy`, `/api/create`, and the blob
-upload `/api/create` relies on (`HEAD`/`POST /api/blobs/sha256:...`).
+upload `/api/create` relies on (`HEAD`/`POST /api/blobs/sha256:...`); `/api/push` is
+501 (no registry to push to).
 
 (`/api/create` and blobs: ollama_create.)
 
@@ -31,7 +32,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from juggler import __version__
 from juggler.api import ollama as ol
 from juggler.api import ollama_options as oo
-from juggler.errors import NotFound
+from juggler.errors import NotFound, NotSupported
 from juggler.manager.snapshot import ServerState
 from juggler.registry.catalog import hf_alias_checkpoint
 from juggler.registry.checkpoint import (
@@ -265,3 +266,13 @@ async def copy(request: Request) -> dict[str, Any]:
     if saved:
         state.pins.save_options(body.destination, saved)
     return {"status": "success"}
+
+
+@router.post(
+    "/api/push",
+    responses={501: {"description": "Not supported: Juggler has no model registry"}},
+)
+async def push() -> None:
+    """Ollama's push uploads a model to a registry; Juggler has none to push to. As
+    Lemonade (ollama.md: "`POST /api/push` | Not supported | Returns 501")."""
+    raise NotSupported("push is not supported: Juggler has no model registry to push to")

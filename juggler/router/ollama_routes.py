@@ -28,6 +28,7 @@ from juggler.api import sse
 from juggler.errors import BadRequest, NotImplementedParam
 from juggler.router.bodies import parse
 from juggler.router.deps import RouterState, state_of
+from juggler.router.load_options import ollama_options
 from juggler.router.ollama_answer import OllamaAnswer, backend_error
 from juggler.router.ollama_embed import embed_texts
 from juggler.router.openapi import body_of
@@ -116,7 +117,7 @@ async def chat(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, ol.ChatBody)
     model = state.registry.lookup(body.model).name
-    sampling, load = oo.split_options(body.options)
+    sampling, load = oo.split_options(ollama_options(body.options))
     if not body.messages:
         return await _load_only(state, body.model, model, load, body.keep_alive, chat=True)
     base = ol.chat_request(body)
@@ -135,7 +136,7 @@ async def generate(request: Request) -> Any:
     body, _ = await parse(request, ol.GenerateBody)
     model = state.registry.lookup(body.model).name
     path, base = ol.generate_request(body)
-    sampling, load = oo.split_options(body.options)
+    sampling, load = oo.split_options(ollama_options(body.options))
     if not body.prompt and not body.system:
         return await _load_only(state, body.model, model, load, body.keep_alive, chat=False)
     await ensure_options(state, model, load)
@@ -152,7 +153,7 @@ async def _embed(
     body: ol.EmbedBody | ol.EmbeddingsBody,
     truncate: bool,
 ) -> tuple[list[list[float]], int]:
-    sampling, load = oo.split_options(body.options)
+    sampling, load = oo.split_options(ollama_options(body.options))
     if sampling:
         raise NotImplementedParam(f"options.{next(iter(sampling))}", "embeddings do not sample")
     await ensure_options(state, model, load)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,13 +18,15 @@ from juggler.api.openai import (
     EmbeddingRequest,
     RerankRequest,
 )
+from juggler.errors import BadRequest
 from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
 from juggler.router import load_options
 from juggler.router.bodies import model_of, parse_for_model, read_json, validate
 from juggler.router.catalog_view import STARTED, model_entry
-from juggler.router.deps import state_of
+from juggler.router.deps import RouterState, state_of
 from juggler.router.openapi import body_of
+from juggler.types import ModelInfo
 
 router = APIRouter()
 
@@ -46,17 +49,50 @@ def adapter_entry(info: AdapterInfo) -> dict[str, Any]:
     }
 
 
+def _loaded_ctx(state: RouterState) -> dict[str, int]:
+    """The context size of each loaded (or loading) model."""
+    return {s.model_name: s.options.ctx_size for s in state.manager.snapshot()}
+
+
+def context_length(state: RouterState, info: ModelInfo, loaded: Mapping[str, int]) -> int | None:
+    """openai.md: `context_length` "Uses the loaded value when the model is running and
+    the configured `ctx_size` otherwise (omitted when neither is known)": a llama.cpp
+    model's saved options over the server's settings (what its next load would use)."""
+    if info.name in loaded:
+        return loaded[info.name]
+    if info.recipe != "llamacpp":
+        return None
+    try:
+        saved = state.pins.saved_options(info.name)
+        return state.settings.model_options(saved or None).ctx_size
+    except BadRequest:  # saved options a load would refuse: no size to tell
+        return None
+
+
+def _entry(
+    state: RouterState, info: ModelInfo, loaded: Mapping[str, int], shown_as: str | None = None
+) -> dict[str, Any]:
+    ctx = context_length(state, info, loaded)
+    entry = model_entry(info, state.pins.saved_options(info.name), context_length=ctx)
+    if shown_as is not None:
+        entry["id"] = shown_as  # Lemonade: an alias is shown under its own name
+    return entry
+
+
 @router.get("/models")
 async def list_models(request: Request, show_all: str = "false") -> dict[str, Any]:
     """Lemonade: downloaded models only (as OpenAI's list), every catalog model with
-    `show_all=true`; then the LoRA adapters."""
+    `show_all=true`, each alias of a listed model under its own name (as Lemonade lists
+    them); then the LoRA adapters."""
     state = state_of(request)
     everything = show_all.lower() in ("true", "1", "yes")
-    models = [
-        model_entry(m, state.pins.saved_options(m.name))
-        for m in state.registry.list()
-        if everything or is_available(m)
-    ]
+    loaded = _loaded_ctx(state)
+    listed = {m.name: m for m in state.registry.list() if everything or is_available(m)}
+    models = [_entry(state, m, loaded) for m in listed.values()]
+    for alias in sorted(state.registry.aliases.read()):
+        info = state.registry.find(alias)
+        if alias not in listed and info is not None and info.name in listed:
+            models.append(_entry(state, info, loaded, shown_as=alias))
     adapters = [adapter_entry(a) for a in state.adapters.book.list()]
     return {"object": "list", "data": models + adapters}
 
@@ -68,10 +104,8 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     if adapter is not None and state.registry.find(model_id) is None:
         return adapter_entry(adapter)
     info = state.registry.get(model_id)
-    entry = model_entry(info, state.pins.saved_options(info.name))
-    if info.name != model_id and state.registry.aliases.resolve(model_id) is not None:
-        entry["id"] = model_id  # Lemonade: an alias is shown under its own name
-    return entry
+    alias = info.name != model_id and state.registry.aliases.resolve(model_id) is not None
+    return _entry(state, info, _loaded_ctx(state), shown_as=model_id if alias else None)
 
 
 async def _generate(
@@ -131,6 +165,7 @@ async def embeddings(request: Request) -> Response:
 
 @router.post("/rerank", openapi_extra=body_of(RerankRequest))
 @router.post("/reranking", openapi_extra=body_of(RerankRequest))
+@router.post("/reranker", openapi_extra=body_of(RerankRequest))
 async def rerank(request: Request) -> Response:
     model, raw = await parse_for_model(request, RerankRequest)
     return await state_of(request).proxy.forward(model, "/v1/rerank", raw)

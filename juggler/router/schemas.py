@@ -42,6 +42,27 @@ def load_overrides(body: BaseModel) -> dict[str, Any]:
     return {k: getattr(body, k) for k in LoadOverrides.model_fields}
 
 
+def tombstones(body: BaseModel) -> frozenset[str]:
+    """The options a /load body gave as an explicit `null` (lemonade.md: it "ignores only
+    that saved key for this load and falls through to the lower default layers without
+    changing `recipe_options.json`")."""
+    given = body.model_fields_set
+    return frozenset(
+        k for k in LoadOverrides.model_fields if k in given and getattr(body, k) is None
+    )
+
+
+def options_to_save(
+    saved: dict[str, Any], given: dict[str, Any], cleared: frozenset[str]
+) -> dict[str, Any]:
+    """What `save_options: true` stores. lemonade.md: "Any previously stored value for
+    `model_name` is replaced", "concrete values are persisted as usual while a `null`
+    tombstone preserves the existing saved value for that key". Pure."""
+    out = {k: v for k, v in given.items() if v is not None}
+    out.update({k: saved[k] for k in cleared if k in saved})
+    return out
+
+
 class UnloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -90,8 +90,9 @@ def test_load_options_on_a_chat_body_reach_the_auto_load_only_through_the_allowl
         assert entry is not None
         options = entry["recipe_options"]
         assert options["ctx_size"] == 768
-        assert entry["pinned"] is False and options["auto_evict"] is False
-        assert options["evict_idle_timeout"] != 1 and "--foo-bar" not in options["llamacpp_args"]
+        # Lemonade's suite: the request-scoped fields "must NOT leak into recipe_options".
+        assert entry["pinned"] is False and "--foo-bar" not in options["llamacpp_args"]
+        assert not {"pinned", "auto_evict", "evict_idle_timeout"} & set(options), options
         # A loaded model keeps its options: the next body's ctx_size changes nothing.
         again = c.post("/api/v1/chat/completions", json={**body, "ctx_size": 512})
         after = loaded(server, DEFAULT_MODEL)

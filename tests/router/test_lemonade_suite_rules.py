@@ -1,0 +1,185 @@
+"""Issue 24: gaps Lemonade's own test suites (its commit e385039ed335) found, pinned on the
+real router app in-process with nothing loaded, and on the pure rules behind them:
+`/internal/set` with Lemonade's nested `llamacpp` section, the `/reranker` alias,
+Ollama's push refused with 501, health's `recipe_options` without default eviction
+settings, Lemonade's load options inside Ollama's `options`, `--reasoning-format none`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from juggler.api import ollama_options as oo
+from juggler.config import Settings
+from juggler.engine_args import parse_llamacpp_args
+from juggler.errors import BadRequest
+from juggler.options import ModelOptions
+from juggler.registry.catalog import Registry
+from juggler.router.app import create_app
+from juggler.router.load_options import ollama_options
+from juggler.router.schemas import LoadRequest, options_to_save, tombstones
+
+LOCAL = "http://127.0.0.1"
+ADMIN = {"Authorization": "Bearer admin-secret"}
+
+
+@pytest.fixture()
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path / "home"))
+    app = create_app(Settings(model="", admin_api_key="admin-secret"), Registry(tmp_path / "home"))
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_internal_set_takes_the_nested_llamacpp_section(client: TestClient) -> None:
+    """Lemonade's configuration guide: "Backend-specific settings are nested under their
+    backend name" (`llamacpp`: `backend`, `args`); its suite sends
+    `{"llamacpp": {"backend": "cpu"}, "max_loaded_models": 2}` to /internal/set before
+    every class, and its multi-model tests need the 2 to take effect."""
+    body = {"llamacpp": {"backend": "cpu", "args": "--workers 2"}, "max_loaded_models": 2}
+    r = client.post("/internal/set", json=body, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert r.json()["updated"] == {
+        "llamacpp_backend": "cpu",
+        "llamacpp_args": "--workers 2",
+        "max_loaded_models": [2, 2, 2, 2, 2],
+    }
+    config = client.get("/internal/config", headers=ADMIN).json()
+    assert config["max_models"]["llm"] == 2 and config["llamacpp_args"] == "--workers 2"
+
+
+@pytest.mark.parametrize(
+    ("section", "param"),
+    [
+        ({"device": "0"}, "llamacpp.device"),  # a Lemonade key Juggler does not have
+        ({"backend": "tpu"}, "llamacpp_backend"),
+        ({}, "llamacpp"),
+    ],
+)
+def test_internal_set_refuses_what_the_nested_section_cannot_set(
+    client: TestClient, section: dict[str, Any], param: str
+) -> None:
+    r = client.post("/internal/set", json={"llamacpp": section}, headers=ADMIN)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert client.get("/internal/config", headers=ADMIN).json()["llamacpp_backend"] == "cpu"
+
+
+def test_reranker_is_an_alias_of_rerank(client: TestClient) -> None:
+    """llamacpp.md: "Lemonade also accepts `/reranking` and `/reranker` as aliases — all
+    three route to the same handler and behave identically"."""
+    body = {"model": "no-such-model", "query": "q", "documents": ["a"]}
+    answers = [client.post(f"/api/v1/{p}", json=body) for p in ("rerank", "reranker")]
+    assert [a.status_code for a in answers] == [404, 404]
+    assert answers[1].json()["error"]["code"] == answers[0].json()["error"]["code"]
+    assert answers[0].json()["error"]["code"] == "model_not_found"  # not a missing route
+    assert client.post("/v1/reranker", json=body).status_code == 404
+    paths = client.get("/openapi.json").json()["paths"]
+    assert "post" in paths["/api/v1/reranker"] and "post" in paths["/v1/reranker"]
+
+
+def test_ollama_push_is_refused_with_501(client: TestClient) -> None:
+    """Lemonade's ollama.md: "`POST /api/push` | Not supported | Returns 501" (Juggler has
+    no registry to push to); the error is in Ollama's shape."""
+    r = client.post("/api/push", json={"model": "test"})
+    assert r.status_code == 501, r.text
+    assert "push" in r.json()["error"]
+    doc = client.get("/openapi.json").json()["paths"]["/api/push"]["post"]
+    assert "501" in doc["responses"]
+
+
+def test_health_recipe_options_leave_default_eviction_settings_out() -> None:
+    """lemonade.md, health: "`recipe_options` - Options used to load the model (e.g.,
+    `"ctx_size"`, `"llamacpp_backend"`, `"llamacpp_args"`)"; Lemonade's suite checks that
+    `auto_evict` and `evict_idle_timeout` are not there after an auto-load."""
+    shown = ModelOptions().recipe_options()
+    assert shown == {"ctx_size": 4096, "llamacpp_backend": "cpu", "llamacpp_args": ""}
+    set_ = ModelOptions(evict_idle_timeout=1.0, auto_evict=True).recipe_options()
+    assert set_["evict_idle_timeout"] == 1.0 and set_["auto_evict"] is True
+
+
+def test_lemonade_load_options_in_ollama_options_stay_out_of_the_load() -> None:
+    """Lemonade's suite (Ollama auto-load): "Ollama auto-load must forward only ctx_size to
+    recipe_options. Request-scoped fields (temperature, top_p, num_predict, etc.) must
+    not leak into persistent model-load settings" (`pinned`, `llamacpp_args`,
+    `auto_evict`, `evict_idle_timeout` in `options`)."""
+    options = {
+        "num_ctx": 8192,
+        "num_predict": 10,
+        "temperature": 0.7,
+        "pinned": True,
+        "llamacpp_args": "--foo-bar",
+        "auto_evict": True,
+        "evict_idle_timeout": 1,
+    }
+    sampling, load = oo.split_options(ollama_options(options))
+    assert sampling == {"max_tokens": 10, "temperature": 0.7}
+    assert load == {"ctx_size": 8192}
+    # Outside Lemonade's load options an unknown option is still refused, naming it.
+    with pytest.raises(BadRequest) as err:
+        oo.split_options(ollama_options({"ctx_size": 8192}))
+    assert err.value.param == "options.ctx_size"
+
+
+def test_reasoning_format_none_is_what_juggler_does() -> None:
+    """Lemonade's suite loads with `llamacpp_args: "--reasoning-format none"` (llama.cpp:
+    leave thoughts unparsed in the message content), which Juggler always does; any
+    other format (splitting out `reasoning_content`) is refused, naming the flag."""
+    assert parse_llamacpp_args("--reasoning-format none") == {}
+    assert parse_llamacpp_args("--reasoning-format=none --workers 2") == {"workers": 2}
+    for text in ("--reasoning-format deepseek", "--reasoning-format"):
+        with pytest.raises(BadRequest) as err:
+            parse_llamacpp_args(text)
+        assert "--reasoning-format" in err.value.message
+
+
+SMOL = "SmolLM2-135M-Instruct-GGUF"
+
+
+def test_models_tell_context_length_and_list_aliases(client: TestClient) -> None:
+    """openai.md: "`context_length` - Number of tokens the model can handle in one
+    request. Uses the loaded value when the model is running and the configured
+    `ctx_size` otherwise"; Lemonade's suite: "An alias and its loaded target must report
+    the same context length" (an alias is listed under its own name)."""
+
+    def shown() -> dict[str, dict[str, Any]]:
+        return {m["id"]: m for m in client.get("/api/v1/models").json()["data"]}
+
+    assert shown()[SMOL]["context_length"] == 4096  # the settings' ctx_size
+    r = client.post(f"/api/v1/models/{SMOL}/options", json={"ctx_size": 8192})
+    assert r.status_code == 200, r.text
+    assert client.get(f"/api/v1/models/{SMOL}").json()["context_length"] == 8192
+    client.delete(f"/api/v1/models/{SMOL}/options")
+    r = client.post("/internal/set", json={"ctx_size": 2048}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert shown()[SMOL]["context_length"] == 2048
+    r = client.post("/internal/aliases", json={"alias": "my-chat", "target": SMOL}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    listed = shown()
+    assert listed["my-chat"]["checkpoint"] == listed[SMOL]["checkpoint"]
+    assert listed["my-chat"]["context_length"] == 2048
+    assert client.get("/api/v1/models/my-chat").json()["context_length"] == 2048
+
+
+def test_a_null_load_option_skips_the_saved_one_for_this_load_only() -> None:
+    """lemonade.md, /load: "Passing explicit `null` ignores only that saved key for this
+    load and falls through to the lower default layers without changing
+    `recipe_options.json`. [...] With `save_options: true`, concrete values are persisted
+    as usual while a `null` tombstone preserves the existing saved value for that key"."""
+    body = LoadRequest.model_validate(
+        {"model_name": SMOL, "llamacpp_args": None, "ctx_size": 2048, "save_options": True}
+    )
+    assert tombstones(body) == {"llamacpp_args"}
+    assert tombstones(LoadRequest.model_validate({"model_name": SMOL})) == frozenset()
+    saved = {"llamacpp_args": "--threads 1", "evict_idle_timeout": 60.0}
+    given = {"ctx_size": 2048, "llamacpp_args": None, "auto_evict": None}
+    # "Any previously stored value is replaced": evict_idle_timeout goes, the null keeps.
+    assert options_to_save(saved, given, tombstones(body)) == {
+        "ctx_size": 2048,
+        "llamacpp_args": "--threads 1",
+    }
