@@ -16,6 +16,8 @@ from juggler.options import EngineFlags, flag_of
 
 #: Flags a client may not pass in `llamacpp_args`: they have their own load option.
 OWNED_FLAGS: dict[str, str] = {"ctx_size": "ctx_size", "n_gpu_layers": "llamacpp_backend"}
+#: llama-server's switches (no value) and the engine flag value each one sets.
+SWITCH_FLAGS: dict[str, tuple[str, str]] = {"--no-mmap": ("mmap", "off")}
 #: llama-server flags accepted only at the value that is what Juggler does anyway (they
 #: change nothing, so no engine flag carries them), with what Juggler does.
 NEUTRAL_FLAGS: dict[str, tuple[str, str]] = {
@@ -49,6 +51,11 @@ def parse_llamacpp_args(text: str) -> dict[str, Any]:
         flag, eq, inline = token.partition("=")
         if flag in NEUTRAL_FLAGS:
             i = _neutral(flag, inline if eq else None, tokens, i)
+            continue
+        if token in SWITCH_FLAGS:
+            switched, setting = SWITCH_FLAGS[token]
+            values[switched] = setting
+            i += 1
             continue
         name = known.get(flag)
         if name is None:

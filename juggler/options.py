@@ -235,6 +235,11 @@ class EngineFlags(BaseModel):
         json_schema_extra=_unit("events"),
     )
     flash_attn: FlashAttn = Field("auto", description="llama.cpp flash attention.")
+    mmap: Literal["on", "off"] = Field(
+        "on",
+        description="Map the model file into memory (llama.cpp's default); off reads it "
+        "into RAM (llama-server's --no-mmap, which llamacpp_args also takes).",
+    )
     cache_cells: int | None = Field(
         None,
         ge=0,

@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         flags=flags,
     )
     try:
-        model = Model(config.model_path, n_gpu_layers=flags.n_gpu_layers)
+        model = Model(
+            config.model_path, n_gpu_layers=flags.n_gpu_layers, use_mmap=flags.mmap == "on"
+        )
         engine = Engine(config, model)
     except JugglerError as exc:
         print(f"juggler.engine: cannot load {config.model_path}: {exc.message}", file=sys.stderr)

@@ -64,7 +64,9 @@ class Engine:
         self.model: LlamaModel = (
             model
             if model is not None
-            else Model(config.model_path, n_gpu_layers=flags.n_gpu_layers)
+            else Model(
+                config.model_path, n_gpu_layers=flags.n_gpu_layers, use_mmap=flags.mmap == "on"
+            )
         )
         bos = self.model.special_text(self.model.bos)
         eos = self.model.special_text(self.model.eos)

@@ -53,12 +53,14 @@ def supports_gpu_offload() -> bool:
 class Model:
     """A loaded `llama_model` and its vocabulary; read-only after construction."""
 
-    def __init__(self, path: str, *, n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: str, *, n_gpu_layers: int = 0, use_mmap: bool = True) -> None:
         init_backend()
         if not os.path.isfile(path):
             raise CheckpointMissing(f"model file not found: {path}")
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        if not use_mmap:  # llama-server's --no-mmap: read the file into memory
+            params.load_mode = C.LLAMA_LOAD_MODE_NONE
         model = C.llama_model_load_from_file(path.encode(), params)
         if not model:
             raise LoadFailed(f"llama.cpp could not load the model file {path}")
