@@ -7,8 +7,9 @@ Three forms:
   package does) is assembled once into Juggler's cache; a file Juggler knows how to
   build from a package's contents (`packaged_embeddings`: all-MiniLM-L6-v2's safetensors
   converted to GGUF) is built once into the cache the same way;
-- a Hugging Face reference `org/repo:QUANT` (or `org/repo` for the default file); it
-  resolves to a file that `juggler pull` downloaded into the cache.
+- a Hugging Face reference `org/repo:QUANT` (or `org/repo` for the default file, or
+  Lemonade's `org/repo:FILE.gguf`, a file name standing for its quant); it resolves to a
+  file that `juggler pull` downloaded into the cache.
 """
 
 from __future__ import annotations
@@ -80,12 +81,15 @@ def parse_checkpoint(text: str) -> CheckpointRef:
         raise ValueError(f"{text[:80]!r}: ~user paths are not accepted; give an absolute path")
     if text.startswith(("/", "~")):
         return LocalRef(Path(text).expanduser())
-    if text.startswith(("./", "../")) or text.endswith(".gguf"):
+    relative = text.startswith(("./", "../"))
+    match = _HF_RE.match(text)
+    if match and match["quant"] and not relative:  # org/repo:QUANT, or org/repo:FILE.gguf
+        return HfRef(match["org"], match["repo"], match["quant"])
+    if relative or text.endswith(".gguf"):
         raise ValueError(
             f"{text[:80]!r} is a relative path; give an absolute path (the server does not "
             "resolve paths against its working directory)"
         )
-    match = _HF_RE.match(text)
     if match:
         return HfRef(match["org"], match["repo"], match["quant"])
     raise ValueError(

@@ -20,6 +20,7 @@ from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest
 from juggler.options import ModelOptions
 from juggler.registry.catalog import Registry
+from juggler.registry.checkpoint import HfRef, find_hf_file, hf_cache_dir, parse_checkpoint
 from juggler.router.app import create_app
 from juggler.router.load_options import ollama_options
 from juggler.router.schemas import LoadRequest, options_to_save, tombstones
@@ -183,3 +184,28 @@ def test_a_null_load_option_skips_the_saved_one_for_this_load_only() -> None:
         "ctx_size": 2048,
         "llamacpp_args": "--threads 1",
     }
+
+
+def test_a_hugging_face_checkpoint_may_name_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lemonade's checkpoints name a repository's file after the colon (lemonade.md:
+    `"ggml-org/gemma-3-4b-it-GGUF:mmproj-model-f16.gguf"`; its suite registers
+    `unsloth/SmolLM2-135M-Instruct-GGUF:SmolLM2-135M-Instruct-Q2_K.gguf`, and Juggler's
+    own catalog has such an entry); a bare relative path stays refused."""
+    text = "unsloth/SmolLM2-135M-Instruct-GGUF:SmolLM2-135M-Instruct-Q2_K.gguf"
+    ref = parse_checkpoint(text)
+    assert ref == HfRef("unsloth", "SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct-Q2_K.gguf")
+    monkeypatch.setenv("JUGGLER_HOME", str(tmp_path))
+    assert isinstance(ref, HfRef)
+    folder = hf_cache_dir(ref)
+    folder.mkdir(parents=True)
+    for name in ("SmolLM2-135M-Instruct-Q2_K.gguf", "SmolLM2-135M-Instruct-Q4_K_M.gguf"):
+        (folder / name).write_bytes(b"GGUF")
+    found = find_hf_file(ref)
+    assert found is not None and found.name == "SmolLM2-135M-Instruct-Q2_K.gguf"
+    for relative in ("models/x.gguf", "./a/b:c.gguf", "../a/b:c.gguf"):
+        with pytest.raises(ValueError, match="relative path"):
+            parse_checkpoint(relative)
+    r = Registry(tmp_path).get("Qwen3-4B-Instruct-2507-GGUF")
+    assert isinstance(parse_checkpoint(r.checkpoint), HfRef)
