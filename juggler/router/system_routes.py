@@ -3,7 +3,12 @@ belong to servers of other kinds (audio, images, speech, backend installers).
 
 system-info tells what this machine has and which llama.cpp backends Juggler can use:
 the CPU always; a GPU backend is `installable` when llama.cpp was built for it (Juggler
-offloads through llama-cpp-python's build, not a separate binary).
+offloads through llama-cpp-python's build, not a separate binary). As Lemonade's, the
+devices always list `amd_gpu` and `nvidia_gpu` (the kernel's DRM cards of that PCI
+vendor, maybe none) and `amd_npu` (`available` when the amdxdna driver has an accel
+device), and the recipes list the NPU vendor servers Juggler launches when they are on
+PATH (`installed`, else `unsupported`: Juggler installs no backends) and `sd-cpp`
+(`unsupported`: image generation is not built).
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import shutil
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from juggler.errors import NotFound
+from juggler.manager.recipes import RECIPES
 from juggler.router.deps import state_of
 
 router = APIRouter()
@@ -29,6 +36,54 @@ UNSUPPORTED = {
     "/install": "installing backends (llama.cpp comes with Juggler)",
     "/uninstall": "uninstalling backends (llama.cpp comes with Juggler)",
 }
+
+
+_AMD, _NVIDIA = "0x1002", "0x10de"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _gpus(vendor: str, sys_root: Path = Path("/sys")) -> list[dict[str, Any]]:
+    """The GPUs of one PCI vendor among the kernel's DRM cards."""
+    out: list[dict[str, Any]] = []
+    for card in sorted((sys_root / "class" / "drm").glob("card[0-9]*")):
+        device = card / "device"
+        if "-" in card.name or _read(device / "vendor") != vendor:
+            continue
+        brand = "AMD" if vendor == _AMD else "NVIDIA"
+        name = _read(device / "product_name") or f"{brand} GPU ({card.name})"
+        out.append({"name": name, "available": True})
+    return out
+
+
+def _amd_npu_present(sys_root: Path = Path("/sys")) -> bool:
+    """An accel device bound to the amdxdna driver (AMD's NPU)."""
+    return any(
+        (accel / "device" / "driver").resolve().name == "amdxdna"
+        for accel in (sys_root / "class" / "accel").glob("accel*")
+    )
+
+
+def _vendor_recipe(name: str) -> dict[str, Any]:
+    """An NPU vendor server Juggler launches when its executable is on PATH."""
+    recipe = RECIPES[name]
+    found = any(shutil.which(e) for e in recipe.executables)
+    missing = f"{' or '.join(recipe.executables)} is not on PATH (Juggler installs no backends)"
+    backend = {
+        "devices": ["amd_npu"],
+        "state": "installed" if found else "unsupported",
+        "message": "" if found else missing,
+        "action": "",
+    }
+    out: dict[str, Any] = {"backends": {"default": backend}}
+    if found:
+        out["default_backend"] = "default"
+    return out
 
 
 def _cpu_name() -> str:
@@ -91,6 +146,9 @@ async def system_info(request: Request) -> dict[str, Any]:
                 "available": True,
                 "family": platform.machine(),
             },
+            "amd_gpu": _gpus(_AMD),
+            "nvidia_gpu": _gpus(_NVIDIA),
+            "amd_npu": {"name": _cpu_name(), "available": _amd_npu_present()},
         },
         "recipes": {
             "llamacpp": {
@@ -99,6 +157,17 @@ async def system_info(request: Request) -> dict[str, Any]:
                     "cpu": {"devices": ["cpu"], "state": "installed", "message": "", "action": ""},
                     **{name: backend(name) for name in _GGML_LIBS},
                 },
+            },
+            **{name: _vendor_recipe(name) for name in ("whispercpp", "flm", "ryzenai-llm")},
+            "sd-cpp": {
+                "backends": {
+                    "default": {
+                        "devices": [],
+                        "state": "unsupported",
+                        "message": "image generation is not built in Juggler",
+                        "action": "",
+                    }
+                }
             },
         },
     }

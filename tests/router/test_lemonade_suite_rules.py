@@ -21,6 +21,7 @@ from juggler.errors import BadRequest
 from juggler.options import ModelOptions
 from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import HfRef, find_hf_file, hf_cache_dir, parse_checkpoint
+from juggler.router import system_routes
 from juggler.router.app import create_app
 from juggler.router.load_options import ollama_options
 from juggler.router.schemas import LoadRequest, options_to_save, tombstones
@@ -209,3 +210,42 @@ def test_a_hugging_face_checkpoint_may_name_its_file(
             parse_checkpoint(relative)
     r = Registry(tmp_path).get("Qwen3-4B-Instruct-2507-GGUF")
     assert isinstance(parse_checkpoint(r.checkpoint), HfRef)
+
+
+def test_system_info_lists_lemonades_devices_and_recipes(
+    client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lemonade.md, system-info: "`amd_gpu` - Array of AMD GPUs", "`nvidia_gpu` - Array
+    of NVIDIA GPUs", "`amd_npu` - AMD NPU device", and "`recipes` - Software recipes and
+    their backend support status" (Lemonade's suite requires `amd_gpu`, `amd_npu` and the
+    `whispercpp`, `sd-cpp`, `flm`, `ryzenai-llm` recipes). Devices come from the kernel's
+    view; a vendor server is `installed` only when it is on PATH."""
+    sys_root = tmp_path / "sys"
+    for card, vendor in (("card0", "0x1002"), ("card1", "0x10de"), ("card0-DP-1", "0x1002")):
+        (sys_root / "class/drm" / card / "device").mkdir(parents=True)
+        (sys_root / "class/drm" / card / "device/vendor").write_text(vendor + "\n")
+    assert [g["name"] for g in system_routes._gpus("0x1002", sys_root)] == ["AMD GPU (card0)"]
+    assert len(system_routes._gpus("0x10de", sys_root)) == 1
+    assert not system_routes._amd_npu_present(sys_root)
+    driver = sys_root / "bus/pci/drivers/amdxdna"
+    driver.mkdir(parents=True)
+    (sys_root / "class/accel/accel0/device").mkdir(parents=True)
+    (sys_root / "class/accel/accel0/device/driver").symlink_to(driver)
+    assert system_routes._amd_npu_present(sys_root)
+
+    binaries = tmp_path / "bin"
+    binaries.mkdir()
+    (binaries / "flm").write_text("#!/bin/sh\n")
+    (binaries / "flm").chmod(0o755)
+    monkeypatch.setenv("PATH", str(binaries))
+    info = client.get("/api/v1/system-info").json()
+    devices = info["devices"]
+    assert isinstance(devices["amd_gpu"], list) and isinstance(devices["nvidia_gpu"], list)
+    assert isinstance(devices["amd_npu"]["available"], bool)
+    recipes = info["recipes"]
+    assert recipes["flm"]["backends"]["default"]["state"] == "installed"
+    assert recipes["flm"]["default_backend"] == "default"
+    for name in ("whispercpp", "ryzenai-llm", "sd-cpp"):
+        backend = recipes[name]["backends"]["default"]
+        assert backend["state"] == "unsupported" and backend["message"]
+        assert "default_backend" not in recipes[name]
