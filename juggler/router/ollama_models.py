@@ -268,11 +268,9 @@ async def copy(request: Request) -> dict[str, Any]:
     return {"status": "success"}
 
 
-@router.post(
-    "/api/push",
-    responses={501: {"description": "Not supported: Juggler has no model registry"}},
-)
+@router.post("/api/push", include_in_schema=False)
 async def push() -> None:
     """Ollama's push uploads a model to a registry; Juggler has none to push to. As
-    Lemonade (ollama.md: "`POST /api/push` | Not supported | Returns 501")."""
+    Lemonade (ollama.md: "`POST /api/push` | Not supported | Returns 501"). Kept out of
+    the API document, as the other refusals of routes Juggler does not build are."""
     raise NotSupported("push is not supported: Juggler has no model registry to push to")
