@@ -165,7 +165,7 @@ def list_models(
         entries = client.get("/api/v1/models?show_all=true")["data"]
         loaded = {m["model_name"] for m in client.get("/api/v1/health")["all_models_loaded"]}
     except (httpx.HTTPError, ServerError):
-        from juggler.router.catalog_view import model_entry
+        from juggler.router.core.catalog_view import model_entry
 
         entries = [model_entry(m) for m in Registry().list()]
     table = Table("name", "type", "recipe", "size (GB)", "downloaded", "loaded", "checkpoint")

@@ -78,7 +78,7 @@ def serve(
             app.state.drain.begin(asyncio.get_event_loop())
             super().handle_exit(sig, frame)
 
-    from juggler.router.connections import GuardedHttpProtocol, raise_fd_limit
+    from juggler.router.core.connections import GuardedHttpProtocol, raise_fd_limit
 
     # Descriptors for every allowed connection, its backend connection, and files.
     raise_fd_limit(2 * settings.max_connections + 1024)

@@ -11,7 +11,7 @@
 Unregistering an adapter that running requests use is refused with 409 (they are not
 cut off); once they are done it succeeds. `base_model` defaults to the server's default
 model. A path outside the model directories needs the admin key, as any registration of
-a local file does (router/security.py).
+a local file does (router/core/security.py).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from juggler.engine_args import parse_llamacpp_args
 from juggler.options import EngineFlags
-from juggler.router.bodies import parse
-from juggler.router.deps import state_of
-from juggler.router.model_routes import is_local_owner
-from juggler.router.openapi import body_of
+from juggler.router.core.bodies import parse
+from juggler.router.core.deps import is_local_owner, state_of
+from juggler.router.core.openapi import body_of
 
 router = APIRouter()
 compat = APIRouter()

@@ -12,10 +12,10 @@ from fastapi import APIRouter, Request
 from juggler import __version__
 from juggler.manager.memory import process_rss
 from juggler.router import lemonade_metrics
-from juggler.router.bodies import parse
-from juggler.router.deps import state_of
-from juggler.router.model_routes import is_admin, is_local_owner
-from juggler.router.openapi import body_of
+from juggler.router.core.bodies import parse
+from juggler.router.core.deps import is_admin, is_local_owner, state_of
+from juggler.router.core.openapi import body_of
+from juggler.router.core.security import check_registration
 from juggler.router.schemas import (
     LoadRequest,
     PinRequest,
@@ -24,7 +24,6 @@ from juggler.router.schemas import (
     options_to_save,
     tombstones,
 )
-from juggler.router.security import check_registration
 
 router = APIRouter()
 internal = APIRouter()

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, StrictStr
 
 from juggler.errors import BadRequest
 from juggler.registry.checkpoint import is_available
-from juggler.router.bodies import read_json
-from juggler.router.deps import state_of
-from juggler.router.openapi import body_of
+from juggler.router.core.bodies import read_json
+from juggler.router.core.deps import state_of
+from juggler.router.core.openapi import body_of
 
 internal = APIRouter()
 

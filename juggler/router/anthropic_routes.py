@@ -22,9 +22,9 @@ from juggler.api import sse
 from juggler.api.anthropic import MessagesRequest, PromptBody, validated
 from juggler.api.anthropic_chat import chat_body, prompt_fields
 from juggler.router import anthropic_answer as aa
-from juggler.router.bodies import read_json
-from juggler.router.deps import state_of
-from juggler.router.openapi import body_of
+from juggler.router.core.bodies import read_json
+from juggler.router.core.deps import state_of
+from juggler.router.core.openapi import body_of
 
 router = APIRouter()
 CHAT_PATH = "/v1/chat/completions"

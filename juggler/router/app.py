@@ -25,7 +25,7 @@ from juggler.api.anthropic import error_body as anthropic_error
 from juggler.api.anthropic import is_anthropic_path
 from juggler.api.openai import configure_limits
 from juggler.config import Settings, juggler_home
-from juggler.errors import BadRequest, JugglerError, NotFound, render
+from juggler.errors import BadRequest, JugglerError, NotFound
 from juggler.logbook import LogBook, RingHandler
 from juggler.manager.manager import Manager
 from juggler.registry.adapters import AdapterBook
@@ -51,20 +51,22 @@ from juggler.router import (
     system_routes,
     ui_routes,
 )
-from juggler.router.adapters import Adapters
-from juggler.router.browser_guard import BrowserGuard, BrowserGuardMiddleware
-from juggler.router.deps import RouterState
-from juggler.router.drain import Drain
-from juggler.router.figures import FiguresPoller
-from juggler.router.middleware import (
+from juggler.router.core.adapters import Adapters
+from juggler.router.core.browser_guard import BrowserGuard, BrowserGuardMiddleware
+from juggler.router.core.deps import RouterState
+from juggler.router.core.drain import Drain
+from juggler.router.core.error_bodies import ErrorBodies
+from juggler.router.core.figures import FiguresPoller
+from juggler.router.core.middleware import (
+    OPEN_PATHS,
     AuthMiddleware,
     BodyLimitMiddleware,
     RequestIdMiddleware,
     request_id_of,
 )
-from juggler.router.openapi import allowed_methods, document_request_bodies
-from juggler.router.pins import PinBook
-from juggler.router.proxy import ClientGone, Proxy
+from juggler.router.core.openapi import allowed_methods, document_request_bodies
+from juggler.router.core.pins import PinBook
+from juggler.router.core.proxy import ClientGone, Proxy
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")
@@ -88,19 +90,24 @@ def is_ollama_path(path: str) -> bool:
     return path.startswith("/api/") and not path.startswith("/api/v1/")
 
 
+def ollama_error(exc: JugglerError, request_id: str) -> dict[str, Any]:
+    return {"error": exc.message, "code": exc.code, "request_id": request_id or None}
+
+
+#: A route's error, by path: Ollama's routes answer `{"error": "message"}`, Anthropic's
+#: in Anthropic's shape, every other route in OpenAI's.
+ERROR_BODIES = ErrorBodies(((is_ollama_path, ollama_error), (is_anthropic_path, anthropic_error)))
+#: The middleware's refusals, before any route runs (a missing key, a body too large):
+#: Anthropic's shape on its routes, OpenAI's on the others (Ollama's included).
+EARLY_ERROR_BODIES = ErrorBodies(((is_anthropic_path, anthropic_error),))
+
+
 def error_response(
     request: Request, exc: JugglerError, extra_headers: dict[str, str] | None = None
 ) -> JSONResponse:
-    """The one place a router error becomes a response: OpenAI's error shape, or on
-    Ollama's routes Ollama's (`{"error": "message"}`), on Anthropic's Anthropic's."""
-    body: dict[str, Any] = render(exc)
-    rid = request_id_of(request.scope)
-    if rid:
-        body["error"]["request_id"] = rid
-    if is_ollama_path(request.url.path):
-        body = {"error": exc.message, "code": exc.code, "request_id": rid or None}
-    elif is_anthropic_path(request.url.path):
-        body = anthropic_error(exc, rid)
+    """The one place a router error becomes a response, in its route's shape
+    (`ERROR_BODIES`)."""
+    body = ERROR_BODIES(exc, request_id_of(request.scope), request.url.path)
     headers = dict(extra_headers or {})
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
@@ -218,10 +225,18 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
 
     document_request_bodies(app, default_model=settings.model)
     app.add_middleware(
-        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, unlimited=("/api/blobs/",)
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        unlimited=("/api/blobs/",),
+        error_bodies=EARLY_ERROR_BODIES,
     )
     app.add_middleware(
-        AuthMiddleware, api_key=settings.api_key, admin_api_key=settings.admin_api_key
+        AuthMiddleware,
+        api_key=settings.api_key,
+        admin_api_key=settings.admin_api_key,
+        open_paths=OPEN_PATHS | ui_routes.OPEN_PAGES,
+        open_prefixes=(ui_routes.OPEN_PREFIX,),
+        error_bodies=EARLY_ERROR_BODIES,
     )
     if settings.cors_origins:
         app.add_middleware(

@@ -30,9 +30,9 @@ from juggler.api.openai import configure_limits
 from juggler.config import KEYS, ConfigError, Settings, set_value, validate
 from juggler.errors import BadRequest, Forbidden
 from juggler.options import LlamacppBackend
-from juggler.router.bodies import read_json
-from juggler.router.deps import RouterState, state_of
-from juggler.router.openapi import body_of
+from juggler.router.core.bodies import read_json
+from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.openapi import body_of
 
 internal = APIRouter()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from juggler import __version__
-from juggler.router.figures import BackendFigures, Totals
+from juggler.router.core.figures import BackendFigures, Totals
 
 LABELS = ["model_name", "checkpoint", "type", "device", "recipe"]
 #: Lemonade's per-model gauges of the latest request: (family, help, figure key).

@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, StrictStr
 
 from juggler.api.openai import TokenizeRequest
 from juggler.errors import BadRequest
-from juggler.router.bodies import parse
-from juggler.router.deps import RouterState, state_of
-from juggler.router.openapi import body_of
+from juggler.router.core.bodies import parse
+from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.openapi import body_of
 
 router = APIRouter()
 

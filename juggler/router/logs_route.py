@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from juggler.router.deps import state_of
+from juggler.router.core.deps import state_of
 
 router = APIRouter()
 

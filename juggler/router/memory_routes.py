@@ -15,9 +15,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from juggler.router.bodies import parse
-from juggler.router.deps import state_of
-from juggler.router.openapi import body_of
+from juggler.router.core.bodies import parse
+from juggler.router.core.deps import state_of
+from juggler.router.core.openapi import body_of
 
 internal = APIRouter()
 

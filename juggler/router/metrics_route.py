@@ -1,12 +1,12 @@
 """GET /metrics: render what the router holds (router/metrics.py), never a fan-out: the
-backends' figures come from the `FiguresPoller` (router/figures.py)."""
+backends' figures come from the `FiguresPoller` (router/core/figures.py)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
 from juggler.router.adapter_routes import max_active_adapters
-from juggler.router.deps import state_of
+from juggler.router.core.deps import state_of
 from juggler.router.lemonade_metrics import LemonadeView
 from juggler.router.metrics import CONTENT_TYPE, MetricsView, exposition
 

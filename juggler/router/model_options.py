@@ -32,9 +32,9 @@ from pydantic import BaseModel, StrictBool, StrictStr, ValidationError, create_m
 from juggler.config import Settings
 from juggler.errors import BadRequest
 from juggler.options import LoadOverrides, ModelOptions, bad_request_from
-from juggler.router.bodies import read_json
-from juggler.router.deps import RouterState, state_of
-from juggler.router.openapi import body_of
+from juggler.router.core.bodies import read_json
+from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.openapi import body_of
 
 router = APIRouter()
 

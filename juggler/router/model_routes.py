@@ -19,7 +19,6 @@ Entity").
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -27,28 +26,24 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from juggler.api import sse
-from juggler.errors import BadRequest, CheckpointMissing, ModelNotFound, render
-from juggler.registry.checkpoint import LocalRef, is_available, parse_checkpoint, remove_downloaded
-from juggler.router.bodies import parse
-from juggler.router.catalog_view import model_entry
-from juggler.router.deps import RouterState, state_of
-from juggler.router.openapi import body_of
-from juggler.router.pulls import EventKind, hf_ref_of, known_model, pull_events, run_pull
+from juggler.errors import CheckpointMissing, ModelNotFound, render
+from juggler.registry.checkpoint import LocalRef, parse_checkpoint
+from juggler.router.core.bodies import parse
+from juggler.router.core.catalog_view import model_entry
+from juggler.router.core.deps import RouterState, is_admin, is_local_owner, state_of
+from juggler.router.core.openapi import body_of
+from juggler.router.core.pulls import (
+    EventKind,
+    delete_model,
+    hf_ref_of,
+    known_model,
+    pull_events,
+    run_pull,
+)
+from juggler.router.core.security import check_registration
 from juggler.router.schemas import DeleteRequest, PullRequest, RegisterRequest
-from juggler.router.security import check_registration
 
 router = APIRouter()
-
-
-def is_admin(request: Request) -> bool:
-    """Whether the request carried the admin key (AuthMiddleware decided it)."""
-    return bool(getattr(request.state, "is_admin", False))
-
-
-def is_local_owner(request: Request) -> bool:
-    """Whether the request may register local files anywhere: the admin key, or with none
-    configured a loopback client that is not a browser (AuthMiddleware decided it)."""
-    return bool(getattr(request.state, "is_local_owner", False))
 
 
 def _labels(body: PullRequest) -> tuple[str, ...]:
@@ -183,23 +178,3 @@ async def delete(request: Request) -> dict[str, Any]:
         raise UnknownModel(f"model {body.model_name!r} not found", param="model_name")
     await delete_model(state, body.model_name)
     return {"status": "success", "message": f"Deleted model: {body.model_name}"}
-
-
-async def delete_model(state: RouterState, name: str, *, ollama: bool = False) -> str:
-    """Unload `name` if loaded, remove its downloaded files and its registration (shared
-    by Lemonade's delete and Ollama's). Returns the canonical name."""
-    registry = state.registry
-    info = registry.lookup(name) if ollama else registry.get(name)
-    builtin = registry.is_builtin(info.name)
-    if builtin and hf_ref_of(info.checkpoint) is None:
-        raise BadRequest(f"{info.name} is packaged with Juggler and cannot be deleted")
-    if builtin and not is_available(info):
-        raise ModelNotFound(f"model {info.name!r} is not downloaded", param="model_name")
-    if any(s.model_name == info.name for s in state.manager.snapshot()):
-        await state.manager.unload(info.name)
-    if not registry.uses_checkpoint(info.checkpoint, besides=info.name):
-        await asyncio.to_thread(remove_downloaded, info.checkpoint)
-    if not builtin:
-        registry.remove_user_model(info.name)
-    state.pins.drop(info.name)
-    return info.name

@@ -26,14 +26,13 @@ from juggler.api import ollama_options as oo
 from juggler.errors import BadRequest, CheckpointMissing, NotImplementedParam
 from juggler.registry.checkpoint import cache_dir
 from juggler.registry.locks import disk_errors, temp_beside
-from juggler.router.bodies import parse
-from juggler.router.deps import RouterState, state_of
-from juggler.router.model_routes import is_local_owner
+from juggler.router.core.bodies import parse
+from juggler.router.core.deps import RouterState, is_local_owner, state_of
+from juggler.router.core.openapi import body_of
+from juggler.router.core.security import check_registration
 from juggler.router.ollama_answer import line
 from juggler.router.ollama_models import inferred_labels
 from juggler.router.ollama_routes import NDJSON
-from juggler.router.openapi import body_of
-from juggler.router.security import check_registration
 from juggler.router.uploads import UploadBudget
 
 router = APIRouter()

@@ -21,8 +21,8 @@ from fastapi import Response
 
 from juggler.api import ollama_embed as oe
 from juggler.errors import ContextOverflow, JugglerError
-from juggler.router.catalog_view import file_facts
-from juggler.router.deps import RouterState
+from juggler.router.core.catalog_view import file_facts
+from juggler.router.core.deps import RouterState
 from juggler.router.ollama_answer import backend_error
 from juggler.router.residency import current_options
 

@@ -11,7 +11,7 @@ that name. `/api/create` makes a model from an existing one (`from`), a local GG
 (`from` a path: the security rules of registering a local file apply, see
 `security.check_registration`) or an uploaded blob (`files`); its `parameters` become
 the new model's saved load options. Pulls and deletes are the Lemonade routes' own
-(`pulls`, `model_routes.delete_model`).
+(`core/pulls.py`: `pull_events`, `delete_model`).
 
 Every model `/api/tags` lists answers `/api/show` (clients such as llm-ollama call show
 for each listed model): a packaged model that is not assembled yet is assembled by show
@@ -43,14 +43,13 @@ from juggler.registry.checkpoint import (
     resolve_checkpoint,
 )
 from juggler.registry.gguf_meta import GgufError, labels_of, read_info
-from juggler.router.bodies import parse
-from juggler.router.catalog_view import FileFacts, file_facts
-from juggler.router.deps import RouterState, state_of
-from juggler.router.model_routes import delete_model
+from juggler.router.core.bodies import parse
+from juggler.router.core.catalog_view import FileFacts, file_facts
+from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.openapi import body_of
+from juggler.router.core.pulls import EventKind, delete_model, hf_ref_of, known_model, pull_events
 from juggler.router.ollama_answer import line
 from juggler.router.ollama_routes import NDJSON
-from juggler.router.openapi import body_of
-from juggler.router.pulls import EventKind, hf_ref_of, known_model, pull_events
 from juggler.types import ModelInfo, ModelType
 
 router = APIRouter()

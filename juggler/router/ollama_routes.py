@@ -26,12 +26,12 @@ from juggler.api import ollama_embed as oe
 from juggler.api import ollama_options as oo
 from juggler.api import sse
 from juggler.errors import BadRequest, NotImplementedParam
-from juggler.router.bodies import parse
-from juggler.router.deps import RouterState, state_of
-from juggler.router.load_options import ollama_options
+from juggler.router.core.bodies import parse
+from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.load_options import ollama_options
+from juggler.router.core.openapi import body_of
 from juggler.router.ollama_answer import OllamaAnswer, backend_error
 from juggler.router.ollama_embed import embed_texts
-from juggler.router.openapi import body_of
 from juggler.router.residency import (
     current_options,
     ensure_options,

@@ -21,11 +21,11 @@ from juggler.api.openai import (
 from juggler.errors import BadRequest
 from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
-from juggler.router import load_options
-from juggler.router.bodies import model_of, parse_for_model, read_json, validate
-from juggler.router.catalog_view import STARTED, model_entry
-from juggler.router.deps import RouterState, state_of
-from juggler.router.openapi import body_of
+from juggler.router.core import load_options
+from juggler.router.core.bodies import model_of, parse_for_model, read_json, validate
+from juggler.router.core.catalog_view import STARTED, model_entry
+from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.openapi import body_of
 from juggler.types import ModelInfo
 
 router = APIRouter()

@@ -14,7 +14,7 @@ from typing import Any
 
 from juggler.api.ollama_options import merge_engine_args
 from juggler.manager.snapshot import ServerSnapshot, ServerState
-from juggler.router.deps import RouterState
+from juggler.router.core.deps import RouterState
 
 
 def current_options(state: RouterState, model: str) -> dict[str, Any]:

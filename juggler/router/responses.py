@@ -18,10 +18,10 @@ from fastapi import APIRouter, Request, Response
 from juggler.api.responses import RESPONSE_ID_HEADER, ResponsesRequest
 from juggler.errors import BadRequest, ModelNotLoaded, ResponseNotFound
 from juggler.manager.lease import Lease
-from juggler.router.bodies import parse
-from juggler.router.deps import RouterState, state_of
-from juggler.router.openapi import body_of
-from juggler.router.session_table import SessionEntry
+from juggler.router.core.bodies import parse
+from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.openapi import body_of
+from juggler.router.core.tables import SessionEntry
 
 router = APIRouter()
 

@@ -16,10 +16,10 @@ from fastapi import APIRouter, Request, Response
 from juggler.api.openai import SessionCreate, SessionGenerate, SessionInput
 from juggler.errors import BackendDead, ModelNotLoaded, SessionNotFound
 from juggler.manager.lease import Lease
-from juggler.router.bodies import parse, read_json
-from juggler.router.deps import RouterState, state_of
-from juggler.router.openapi import body_of
-from juggler.router.session_table import SessionEntry
+from juggler.router.core.bodies import parse, read_json
+from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.openapi import body_of
+from juggler.router.core.tables import SessionEntry
 
 router = APIRouter()
 

@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 
 from juggler.errors import NotFound
 from juggler.manager.recipes import RECIPES
-from juggler.router.deps import state_of
+from juggler.router.core.deps import state_of
 
 router = APIRouter()
 

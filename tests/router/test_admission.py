@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from juggler.router.admission import MAX_CHARS_PER_TOKEN, min_tokens, prompt_refusal
+from juggler.router.core.admission import MAX_CHARS_PER_TOKEN, min_tokens, prompt_refusal
 from tests.conftest import DEFAULT_MODEL, RunningServer
 
 

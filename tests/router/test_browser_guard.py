@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from juggler.router.browser_guard import (
+from juggler.router.core.browser_guard import (
     BrowserGuard,
     body_refusal,
     host_allowed,
@@ -113,7 +113,7 @@ def test_non_finite_numbers_are_refused_when_a_body_is_read() -> None:
     import asyncio
 
     from juggler.errors import BadRequest
-    from juggler.router.bodies import read_json
+    from juggler.router.core.bodies import read_json
 
     class Body:
         def __init__(self, raw: bytes) -> None:

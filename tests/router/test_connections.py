@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from juggler.router.connections import raise_fd_limit
+from juggler.router.core.connections import raise_fd_limit
 from tests.conftest import start_server
 
 pytestmark = pytest.mark.slow

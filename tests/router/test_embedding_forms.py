@@ -13,7 +13,7 @@ import pytest
 
 from juggler.api.openai import MAX_INPUTS, MAX_TOKEN_IDS, EmbeddingRequest
 from juggler.errors import BadRequest
-from juggler.router.bodies import validate
+from juggler.router.core.bodies import validate
 
 
 def inputs(value: Any) -> list[Any]:

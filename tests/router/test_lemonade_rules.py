@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from juggler.router import lemonade_metrics, load_options
-from juggler.router.figures import BackendFigures, Totals, parse_stats
+from juggler.router import lemonade_metrics
+from juggler.router.core import load_options
+from juggler.router.core.figures import BackendFigures, Totals, parse_stats
 from juggler.router.lemonade_metrics import LemonadeView
 from juggler.router.metrics import MetricsView, exposition
 

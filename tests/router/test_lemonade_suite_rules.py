@@ -23,7 +23,7 @@ from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import HfRef, find_hf_file, hf_cache_dir, parse_checkpoint
 from juggler.router import system_routes
 from juggler.router.app import create_app
-from juggler.router.load_options import ollama_options
+from juggler.router.core.load_options import ollama_options
 from juggler.router.schemas import LoadRequest, options_to_save, tombstones
 
 LOCAL = "http://127.0.0.1"

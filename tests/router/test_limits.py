@@ -15,7 +15,7 @@ from juggler.config import Settings
 from juggler.errors import BadRequest
 from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
-from juggler.router.session_table import SessionEntry
+from juggler.router.core.tables import SessionEntry
 from tests.conftest import DEFAULT_MODEL
 
 LOCAL = "http://127.0.0.1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from juggler.api.histogram import TPOT_BUCKETS, TTFT_BUCKETS, Histogram
-from juggler.router.figures import BackendFigures, Totals, parse_stats
+from juggler.router.core.figures import BackendFigures, Totals, parse_stats
 from juggler.router.metrics import MetricsView, exposition
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from juggler.router.pins import PinBook
+from juggler.router.core.pins import PinBook
 
 
 def test_saved_options_and_pins_live_side_by_side(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from openai.types.responses import response_create_params
 
 from juggler.api.responses import ResponsesRequest
 from juggler.errors import BadRequest
-from juggler.router.bodies import validate
+from juggler.router.core.bodies import validate
 
 TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
 

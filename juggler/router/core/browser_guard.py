@@ -36,8 +36,8 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from juggler.errors import Forbidden, JugglerError, UnsupportedMediaType
-from juggler.router.middleware import request_id_of, send_error
-from juggler.router.security import is_browser
+from juggler.router.core.middleware import request_id_of, send_error
+from juggler.router.core.security import is_browser
 
 #: Paths whose bodies are file uploads (any content type).
 UPLOAD_PREFIXES = ("/api/blobs/",)

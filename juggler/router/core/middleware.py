@@ -1,7 +1,8 @@
 """Pure ASGI middleware: request ids, API-key checks and the request-body size limit.
 
-They answer in OpenAI's error shape before any route runs, and hold no state beyond
-their settings.
+They answer before any route runs, in the error shape the app gives them
+(`error_bodies`: OpenAI's, or the dialect's that claims the path), and hold no state
+beyond their settings.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import secrets
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from juggler.api.anthropic import error_body as anthropic_error
-from juggler.api.anthropic import is_anthropic_path
-from juggler.errors import JugglerError, PayloadTooLarge, Unauthorized, render
-from juggler.router.security import (
+from juggler.errors import JugglerError, PayloadTooLarge, Unauthorized
+from juggler.router.core.error_bodies import ErrorBodies
+from juggler.router.core.security import (
     admin_only,
     admin_refusal,
     is_browser,
@@ -24,9 +24,9 @@ from juggler.router.security import (
     key_matches,
     presented_key,
 )
-from juggler.router.ui_routes import OPEN_PAGES, OPEN_PREFIX
 
 log = logging.getLogger("juggler.router")
+#: Paths served without the API key: /live (the app adds the dashboard's files).
 OPEN_PATHS = frozenset({"/live"})
 REQUEST_ID_HEADER = b"x-request-id"
 _SAFE_ID = re.compile(rb"^[A-Za-z0-9._\-]{1,64}$")
@@ -37,14 +37,15 @@ def request_id_of(scope: Scope) -> str:
     return str(rid) if rid else ""
 
 
-async def send_error(send: Send, exc: JugglerError, request_id: str = "", path: str = "") -> None:
-    """The error as the response; on Anthropic's routes (`path`) in Anthropic's shape."""
-    body_obj = render(exc)
-    if request_id:
-        body_obj["error"]["request_id"] = request_id
-    if is_anthropic_path(path):
-        body_obj = anthropic_error(exc, request_id)
-    body = json.dumps(body_obj).encode()
+async def send_error(
+    send: Send,
+    exc: JugglerError,
+    request_id: str = "",
+    path: str = "",
+    bodies: ErrorBodies | None = None,
+) -> None:
+    """The error as the response, in the shape `bodies` gives `path` (OpenAI's without)."""
+    body = json.dumps((bodies or ErrorBodies())(exc, request_id, path)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if request_id:
         headers.append((REQUEST_ID_HEADER, request_id.encode()))
@@ -90,24 +91,35 @@ class RequestIdMiddleware:
                 await send_error(send, JugglerError(f"internal error: {type(exc).__name__}"), rid)
 
 
-def is_open(path: str) -> bool:
-    """Routes that need no key: /live, and the dashboard's page and static files (they
-    hold no data; the page's API calls carry the key)."""
-    return path in OPEN_PATHS or path in OPEN_PAGES or path.startswith(OPEN_PREFIX)
-
-
 class AuthMiddleware:
     """`api_key` guards every route but /live and the dashboard's files (the admin key
     works there too); /internal/* and the logs need the admin key when one is set, else
     a loopback client (`security.admin_refusal`)."""
 
-    def __init__(self, app: ASGIApp, *, api_key: str | None, admin_api_key: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str | None,
+        admin_api_key: str | None,
+        open_paths: frozenset[str] = OPEN_PATHS,
+        open_prefixes: tuple[str, ...] = (),
+        error_bodies: ErrorBodies | None = None,
+    ) -> None:
         self.app = app
         self.api_key = api_key
         self.admin_api_key = admin_api_key
+        self.open_paths = open_paths
+        self.open_prefixes = open_prefixes
+        self.error_bodies = error_bodies
+
+    def is_open(self, path: str) -> bool:
+        """Routes that need no key: /live, and the dashboard's page and static files (they
+        hold no data; the page's API calls carry the key)."""
+        return path in self.open_paths or path.startswith(self.open_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or is_open(scope["path"]):
+        if scope["type"] != "http" or self.is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
         token = presented_key(scope.get("headers", []))
@@ -140,7 +152,7 @@ class AuthMiddleware:
             refusal = Unauthorized(
                 "a valid API key is required (Authorization: Bearer, or x-api-key)"
             )
-            await send_error(send, refusal, rid, scope["path"])
+            await send_error(send, refusal, rid, scope["path"], self.error_bodies)
             return
         await self.app(scope, receive, send)
 
@@ -149,10 +161,18 @@ class BodyLimitMiddleware:
     """Refuse request bodies over `max_bytes` with 413, by Content-Length or by counting.
     Paths under `unlimited` (file uploads, which stream to disk) are not limited."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int, unlimited: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_bytes: int,
+        unlimited: tuple[str, ...] = (),
+        error_bodies: ErrorBodies | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.unlimited = unlimited
+        self.error_bodies = error_bodies
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].startswith(self.unlimited):
@@ -161,7 +181,9 @@ class BodyLimitMiddleware:
         too_large = PayloadTooLarge(f"request body is larger than {self.max_bytes} bytes")
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await send_error(send, too_large, request_id_of(scope), scope["path"])
+                await send_error(
+                    send, too_large, request_id_of(scope), scope["path"], self.error_bodies
+                )
                 return
         seen = 0
         started = False
@@ -185,7 +207,9 @@ class BodyLimitMiddleware:
             await self.app(scope, counting_receive, tracking_send)
         except _BodyTooLarge:
             if not started:
-                await send_error(send, too_large, request_id_of(scope), scope["path"])
+                await send_error(
+                    send, too_large, request_id_of(scope), scope["path"], self.error_bodies
+                )
 
 
 class _BodyTooLarge(Exception):

@@ -1,5 +1,6 @@
-"""Pulls as a stream of events, shared by Lemonade's `/api/v1/pull` (SSE) and Ollama's
-`/api/pull` (NDJSON); each dialect only words the events its own way.
+"""Installing and removing models, shared by Lemonade's routes and Ollama's: pulls as a
+stream of events (Lemonade's `/api/v1/pull` words them as SSE, Ollama's `/api/pull` as
+NDJSON), and `delete_model` (`/api/v1/delete`, `/api/delete`).
 
 `pull_events(ref)` runs the download (`registry.download`, blocking) in a thread and
 yields `progress` events (at most every `PROGRESS_EVERY_S`, and whenever the percentage
@@ -20,11 +21,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from juggler.errors import BadRequest, JugglerError
+from juggler.errors import BadRequest, JugglerError, ModelNotFound
 from juggler.registry.aliases import reserved_reason
 from juggler.registry.catalog import Registry
-from juggler.registry.checkpoint import HfRef, parse_checkpoint
+from juggler.registry.checkpoint import HfRef, is_available, parse_checkpoint, remove_downloaded
 from juggler.registry.download import Progress, download
+from juggler.router.core.deps import RouterState
 from juggler.types import ModelInfo
 
 PROGRESS_EVERY_S = 0.25
@@ -129,3 +131,23 @@ async def run_pull(ref: HfRef | None, on_complete: Callable[[], None] | None = N
     async for event in pull_events(ref, on_complete):
         if event.kind is EventKind.ERROR and event.error is not None:
             raise event.error
+
+
+async def delete_model(state: RouterState, name: str, *, ollama: bool = False) -> str:
+    """Unload `name` if loaded, remove its downloaded files and its registration (shared
+    by Lemonade's delete and Ollama's). Returns the canonical name."""
+    registry = state.registry
+    info = registry.lookup(name) if ollama else registry.get(name)
+    builtin = registry.is_builtin(info.name)
+    if builtin and hf_ref_of(info.checkpoint) is None:
+        raise BadRequest(f"{info.name} is packaged with Juggler and cannot be deleted")
+    if builtin and not is_available(info):
+        raise ModelNotFound(f"model {info.name!r} is not downloaded", param="model_name")
+    if any(s.model_name == info.name for s in state.manager.snapshot()):
+        await state.manager.unload(info.name)
+    if not registry.uses_checkpoint(info.checkpoint, besides=info.name):
+        await asyncio.to_thread(remove_downloaded, info.checkpoint)
+    if not builtin:
+        registry.remove_user_model(info.name)
+    state.pins.drop(info.name)
+    return info.name

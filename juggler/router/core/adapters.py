@@ -26,7 +26,7 @@ from juggler.manager.snapshot import ServerState
 from juggler.registry.adapters import AdapterBook, AdapterInfo, check_adapter, check_id
 from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import LocalRef, parse_checkpoint, resolve_checkpoint
-from juggler.router.security import check_registration
+from juggler.router.core.security import check_registration
 from juggler.types import ModelType
 
 log = logging.getLogger("juggler.router")

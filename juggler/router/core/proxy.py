@@ -20,9 +20,9 @@ from fastapi.responses import StreamingResponse
 from juggler.errors import BackendDead, Overloaded, TooManyRequests
 from juggler.manager.lease import Lease
 from juggler.manager.manager import Manager
-from juggler.router.admission import prompt_refusal
-from juggler.router.drain import Drain
-from juggler.router.relay import Relay
+from juggler.router.core.admission import prompt_refusal
+from juggler.router.core.drain import Drain
+from juggler.router.core.relay import Relay
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,9 +1,12 @@
-"""Session id -> the backend server that holds the session (see router/sessions.py).
+"""Which backend server holds a session or a stored response: the router's memory of
+ids that live on one backend (sessions: `openai/sessions.py`; stored responses of the
+Responses API: `openai/responses.py`). Touched only on the event loop.
 
-The id is the backend's own session id (a random 128-bit hex string), so every answer
-the backend gives names the same id the client uses in its URLs. The entry records the
-manager's `server_id` of that backend, unique per load: a reloaded model is another
-server, and sessions of the old one are gone. Touched only on the event loop.
+A session's id is the backend's own session id (a random 128-bit hex string), so every
+answer the backend gives names the same id the client uses in its URLs; a response's id
+is the router's (`resp_...`). An entry records the manager's `server_id` of that
+backend, unique per load: a reloaded model is another server, and the sessions and
+responses of the old one are gone.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from juggler.errors import Conflict, SessionNotFound, TooManyRequests
+from juggler.errors import Conflict, ResponseNotFound, SessionNotFound, TooManyRequests
 
 
 @dataclass(frozen=True)
@@ -60,3 +63,31 @@ class SessionTable:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+#: Response ids the router remembers; the oldest are forgotten first.
+MAX_RESPONSES = 65536
+
+
+class ResponseTable:
+    """Response id -> the server that holds it. Touched only on the event loop."""
+
+    def __init__(self, capacity: int = MAX_RESPONSES) -> None:
+        self.capacity = capacity
+        self._entries: dict[str, SessionEntry] = {}
+
+    def add(self, response_id: str, entry: SessionEntry, live_servers: set[int]) -> None:
+        for rid in [r for r, e in self._entries.items() if e.server_id not in live_servers]:
+            del self._entries[rid]
+        self._entries[response_id] = entry
+        while len(self._entries) > self.capacity:
+            del self._entries[next(iter(self._entries))]
+
+    def get(self, response_id: str, param: str | None = None) -> SessionEntry:
+        entry = self._entries.get(response_id)
+        if entry is None:
+            raise ResponseNotFound(f"no response with id {response_id!r}", param=param)
+        return entry
+
+    def drop(self, response_id: str) -> None:
+        self._entries.pop(response_id, None)
