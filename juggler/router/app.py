@@ -49,7 +49,6 @@ from juggler.router import (
     responses,
     sessions,
     system_routes,
-    ui_routes,
 )
 from juggler.router.core.adapters import Adapters
 from juggler.router.core.browser_guard import BrowserGuard, BrowserGuardMiddleware
@@ -67,6 +66,7 @@ from juggler.router.core.middleware import (
 from juggler.router.core.openapi import allowed_methods, document_request_bodies
 from juggler.router.core.pins import PinBook
 from juggler.router.core.proxy import ClientGone, Proxy
+from juggler.router.dashboard import routes as ui_routes
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")

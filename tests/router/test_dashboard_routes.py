@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from juggler.config import Settings
 from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
-from juggler.router.ui_routes import ui_files
+from juggler.router.dashboard.routes import ui_files
 
 #: The base URL of in-process clients: a Host that names the server (issue 22).
 LOCAL = "http://127.0.0.1"

@@ -1,4 +1,4 @@
-"""The dashboard: static files from the package (juggler/router/ui), served at / and /ui.
+"""The dashboard: static files from the package (`dashboard/ui/`), served at / and /ui.
 
 No build step and nothing fetched from elsewhere: the page is plain HTML, CSS and ES
 modules. Only the files shipped in the package are served (looked up by name in a fixed
@@ -43,7 +43,7 @@ _HEADERS = {
 @cache
 def ui_files() -> dict[str, tuple[bytes, str]]:
     """name -> (content, media type) for every file the package ships in ui/."""
-    folder = resources.files("juggler.router") / "ui"
+    folder = resources.files("juggler.router.dashboard") / "ui"
     out: dict[str, tuple[bytes, str]] = {}
     for entry in folder.iterdir():
         suffix = "." + entry.name.rsplit(".", 1)[-1] if "." in entry.name else ""
