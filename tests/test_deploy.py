@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from juggler.router.metrics import MetricsView, exposition
+from juggler.router.gateway.metrics import MetricsView, exposition
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
 

@@ -11,9 +11,9 @@ from fastapi import APIRouter, Request
 
 from juggler import __version__
 from juggler.manager.memory import process_rss
-from juggler.router import lemonade_metrics
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import is_admin, is_local_owner, state_of
+from juggler.router.core.figures import lemonade_counters
 from juggler.router.core.openapi import body_of
 from juggler.router.core.security import check_registration
 from juggler.router.schemas import (
@@ -83,9 +83,7 @@ async def stats(request: Request) -> dict[str, Any]:
     `cache_tokens` (Lemonade's name) and `cached_prompt_tokens`: prompt tokens that came
     from a cached prefix (not prefilled)."""
     state = state_of(request)
-    totals = lemonade_metrics.counters(
-        state.figures.totals(await state.figures.figures(max_age_s=0.0))
-    )
+    totals = lemonade_counters(state.figures.totals(await state.figures.figures(max_age_s=0.0)))
     if state.proxy.last_served is None:
         return {**_EMPTY_STATS, **totals}
     model, url = state.proxy.last_served

@@ -31,7 +31,6 @@ from juggler.manager.manager import Manager
 from juggler.registry.adapters import AdapterBook
 from juggler.registry.catalog import Registry
 from juggler.router import (
-    adapter_routes,
     admin_routes,
     alias_routes,
     anthropic_routes,
@@ -39,7 +38,6 @@ from juggler.router import (
     llamacpp_routes,
     logs_route,
     memory_routes,
-    metrics_route,
     model_options,
     model_routes,
     ollama_create,
@@ -67,6 +65,7 @@ from juggler.router.core.openapi import allowed_methods, document_request_bodies
 from juggler.router.core.pins import PinBook
 from juggler.router.core.proxy import ClientGone, Proxy
 from juggler.router.dashboard import routes as ui_routes
+from juggler.router.gateway import adapter_routes, metrics_route
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from juggler.router import lemonade_metrics
 from juggler.router.core import load_options
-from juggler.router.core.figures import BackendFigures, Totals, parse_stats
-from juggler.router.lemonade_metrics import LemonadeView
-from juggler.router.metrics import MetricsView, exposition
+from juggler.router.core.figures import BackendFigures, Totals, lemonade_counters, parse_stats
+from juggler.router.gateway.lemonade_metrics import LemonadeView
+from juggler.router.gateway.metrics import MetricsView, exposition
 
 
 def test_split_takes_load_options_out_and_keeps_only_ctx_size_for_the_auto_load() -> None:
@@ -103,7 +102,7 @@ def test_lemonade_families_beside_the_vllm_ones() -> None:
 
 def test_stats_counters_are_lemonade_names_of_the_totals() -> None:
     """lemonade.md, /stats: "`*_total` - Cumulative counters since server start"."""
-    got = lemonade_metrics.counters(Totals(30, 12, requests=4, cache_tokens=9))
+    got = lemonade_counters(Totals(30, 12, requests=4, cache_tokens=9))
     assert got == {
         "request_count_total": 4,
         "input_tokens_total": 30,

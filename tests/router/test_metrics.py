@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from juggler.api.histogram import TPOT_BUCKETS, TTFT_BUCKETS, Histogram
 from juggler.router.core.figures import BackendFigures, Totals, parse_stats
-from juggler.router.metrics import MetricsView, exposition
+from juggler.router.gateway.metrics import MetricsView, exposition
 
 
 def families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

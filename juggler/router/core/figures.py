@@ -67,6 +67,21 @@ class Totals:
         )
 
 
+def lemonade_counters(totals: Totals) -> dict[str, int]:
+    """Lemonade's cumulative counters (`/api/v1/stats`, and its `lemonade_*_total` metrics) from `totals` (prompt tokens include the
+    cached ones, as its `prompt_tokens` does; Juggler counts each prompt token once, so
+    `input_tokens_total` is the same number)."""
+    return {
+        "request_count_total": totals.requests,
+        "input_tokens_total": totals.prompt_tokens,
+        "output_tokens_total": totals.generation_tokens,
+        "prompt_tokens_total": totals.prompt_tokens,
+        "cache_tokens_total": totals.cache_tokens,
+        "routing_decisions_total": 0,
+        "routing_switches_total": 0,
+    }
+
+
 #: A backend's figures of its latest finished request (Lemonade's per-model telemetry).
 LAST_REQUEST_KEYS = (
     "input_tokens",

@@ -1,5 +1,5 @@
 """Lemonade's telemetry: the cumulative counters of `GET /api/v1/stats` and the
-`lemonade_*` metric families of `GET /metrics`, beside the vLLM ones (router/metrics.py).
+`lemonade_*` metric families of `GET /metrics`, beside the vLLM ones (router/gateway/metrics.py).
 
 Lemonade's docs: "`*_total` - Cumulative counters since server start"; `cache_tokens` is
 "Prompt tokens served from the backend's prefix cache". Its metric families (names,
@@ -22,7 +22,7 @@ from pathlib import Path
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from juggler import __version__
-from juggler.router.core.figures import BackendFigures, Totals
+from juggler.router.core.figures import BackendFigures, Totals, lemonade_counters
 
 LABELS = ["model_name", "checkpoint", "type", "device", "recipe"]
 #: Lemonade's per-model gauges of the latest request: (family, help, figure key).
@@ -58,21 +58,6 @@ LATEST = (
         "tokens_per_second",
     ),
 )
-
-
-def counters(totals: Totals) -> dict[str, int]:
-    """Lemonade's cumulative `/stats` counters from `totals` (prompt tokens include the
-    cached ones, as its `prompt_tokens` does; Juggler counts each prompt token once, so
-    `input_tokens_total` is the same number)."""
-    return {
-        "request_count_total": totals.requests,
-        "input_tokens_total": totals.prompt_tokens,
-        "output_tokens_total": totals.generation_tokens,
-        "prompt_tokens_total": totals.prompt_tokens,
-        "cache_tokens_total": totals.cache_tokens,
-        "routing_decisions_total": 0,
-        "routing_switches_total": 0,
-    }
 
 
 @dataclass(frozen=True)
@@ -130,7 +115,7 @@ def families(view: LemonadeView) -> Iterator[Metric]:
     for kind, limit in view.max_models.items():
         limits.add_metric([kind], limit)
     yield limits
-    t = counters(view.totals)
+    t = lemonade_counters(view.totals)
     for name, doc, key in (
         (
             "lemonade_requests_total",

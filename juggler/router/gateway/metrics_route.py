@@ -1,14 +1,14 @@
-"""GET /metrics: render what the router holds (router/metrics.py), never a fan-out: the
+"""GET /metrics: render what the router holds (router/gateway/metrics.py), never a fan-out: the
 backends' figures come from the `FiguresPoller` (router/core/figures.py)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from juggler.router.adapter_routes import max_active_adapters
 from juggler.router.core.deps import state_of
-from juggler.router.lemonade_metrics import LemonadeView
-from juggler.router.metrics import CONTENT_TYPE, MetricsView, exposition
+from juggler.router.gateway.adapter_routes import max_active_adapters
+from juggler.router.gateway.lemonade_metrics import LemonadeView
+from juggler.router.gateway.metrics import CONTENT_TYPE, MetricsView, exposition
 
 router = APIRouter()
 

@@ -26,7 +26,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from juggler.router.core.figures import BackendFigures, Totals
-from juggler.router.lemonade_metrics import LemonadeView, families
+from juggler.router.gateway.lemonade_metrics import LemonadeView, families
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
