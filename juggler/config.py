@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from juggler import options as opt
-from juggler.engine_args import parse_llamacpp_args
+from juggler.engine_args import layered_llamacpp_args, parse_llamacpp_args
 from juggler.errors import JugglerError
 from juggler.options import ModelOptions, env_name
 from juggler.types import MODEL_TYPE_ORDER, ModelType
@@ -124,12 +124,13 @@ class Settings(BaseModel):
     load_timeout_s: float = Field(120.0, gt=0)
     log_level: str = "info"
     #: Per-model defaults (a /load body overrides them; seed 000's priority order).
-    ctx_size: int = opt.CTX_SIZE
+    ctx_size: opt.CtxSize = opt.MODEL_CTX_SIZE
     llamacpp_backend: opt.LlamacppBackend = opt.LLAMACPP_BACKEND
     llamacpp_args: str = opt.LLAMACPP_ARGS
+    merge_args: bool = opt.MERGE_ARGS
     auto_evict: bool = opt.AUTO_EVICT
-    downsize_idle_timeout: float = opt.DOWNSIZE_IDLE_TIMEOUT
-    evict_idle_timeout: float = opt.EVICT_IDLE_TIMEOUT
+    downsize_idle_timeout: int = opt.DOWNSIZE_IDLE_TIMEOUT
+    evict_idle_timeout: int = opt.EVICT_IDLE_TIMEOUT
     evict_weight_factor: float = opt.EVICT_WEIGHT_FACTOR
     compute_weight: float = opt.COMPUTE_WEIGHT
     #: Issue 21: divide the cores between busy backends (off: every backend uses every
@@ -179,12 +180,31 @@ class Settings(BaseModel):
         """Slots for one type; -1 = unlimited."""
         return self.max_loaded_models[MODEL_TYPE_ORDER.index(model_type)]
 
-    def model_options(self, overrides: BaseModel | dict[str, Any] | None = None) -> ModelOptions:
-        """This server's per-model defaults, with a /load body's values on top; a bad
-        engine flag in `llamacpp_args` is a BadRequest naming it."""
-        options = opt.resolve(self, overrides)
-        parse_llamacpp_args(options.llamacpp_args)
-        return options
+    def model_options(
+        self,
+        overrides: BaseModel | dict[str, Any] | None = None,
+        *,
+        saved: Mapping[str, Any] | None = None,
+    ) -> ModelOptions:
+        """A model's options: a /load body's values (`overrides`) over the model's saved
+        options (`saved`) over this server's defaults. `llamacpp_args` is layered as
+        lemonade.md's `merge_args` says (`engine_args.layered_llamacpp_args`); a bad
+        engine flag is a BadRequest naming `llamacpp_args`."""
+        options = opt.resolve(self, overrides, saved)
+        given = overrides.model_dump() if isinstance(overrides, BaseModel) else overrides or {}
+        args = layered_llamacpp_args(
+            self.llamacpp_args,
+            (saved or {}).get("llamacpp_args"),
+            given.get("llamacpp_args"),
+            merge=options.merge_args,
+        )
+        parse_llamacpp_args(args)
+        if args == options.llamacpp_args:
+            return options
+        try:
+            return ModelOptions.model_validate({**options.model_dump(), "llamacpp_args": args})
+        except ValidationError as exc:
+            raise opt.bad_request_from(exc) from None
 
 
 KEYS: tuple[str, ...] = tuple(Settings.model_fields)

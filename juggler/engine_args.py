@@ -1,6 +1,7 @@
 """Engine flags as text: a client's `llamacpp_args` parsed into `EngineFlags` values (a
-400 naming the flag when it is wrong), and the helpers the backend's argparse is built
-with (`field_type`, and `options.flag_of`)."""
+400 naming the flag when it is wrong), layered over the server-wide flags (lemonade.md's
+`merge_args`), and the helpers the backend's argparse is built with (`field_type`, and
+`options.flag_of`)."""
 
 from __future__ import annotations
 
@@ -39,22 +40,69 @@ def parse_llamacpp_args(text: str) -> dict[str, Any]:
     """Parse a client's `llamacpp_args` into engine flag values; raises BadRequest naming
     the flag (unclosed quote, unknown flag, missing or bad value, a flag that has its own
     load option). Pure: nothing is started."""
+    values = {key: value for key, _, value in _groups(text) if key not in NEUTRAL_FLAGS}
+    try:
+        checked = EngineFlags.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        raise BadRequest(
+            f"llamacpp_args: {flag_of(name)}: {err['msg']}", param="llamacpp_args"
+        ) from None
+    return {k: getattr(checked, k) for k in values}
+
+
+def merge_llamacpp_args(high: str, low: str) -> str:
+    """Lemonade's `merge_custom_args`: the flags of `low` that `high` does not set, then
+    `high`'s. A flag and its negation are one setting (`--no-mmap` and `--mmap off`), as
+    are `--flag value` and `--flag=value`. Raises BadRequest as `parse_llamacpp_args`."""
+    if not high.strip():
+        return low
+    if not low.strip():
+        return high
+    ours = _groups(high)
+    set_here = {key for key, _, _ in ours}
+    kept = [tokens for key, tokens, _ in _groups(low) if key not in set_here]
+    return " ".join(shlex.join(tokens) for tokens in [*kept, *(t for _, t, _ in ours)])
+
+
+def layered_llamacpp_args(
+    server: str, model: str | None, request: str | None, *, merge: bool
+) -> str:
+    """lemonade.md's `merge_args`: "If true (default), backend/machine `*_args` are
+    inherited; concrete request `*_args` replace model/architecture args while keeping
+    backend args. If false, no inherited custom args [...] are applied". `server`: the
+    server-wide flags (Settings), `model`: the model's saved ones, `request`: the load's
+    own (None: not given; "" clears the model's). Lemonade's resolver: without merging only
+    the request's flags count, even a saved model's are left out."""
+    if not merge:
+        return request or ""
+    own = request if request is not None else model
+    return merge_llamacpp_args(own or "", server)
+
+
+def _groups(text: str) -> list[tuple[str, list[str], Any]]:
+    """`text` as (setting, its tokens, its value) in order: the setting is an engine
+    flag's field name (a switch's too) or a neutral flag; raises BadRequest naming a flag
+    that is unknown, owned by a load option or lacks its value."""
     try:
         tokens = shlex.split(text)
     except ValueError as exc:
         raise BadRequest(f"llamacpp_args: {exc}", param="llamacpp_args") from None
     known = {flag_of(n): n for n in EngineFlags.model_fields}
-    values: dict[str, Any] = {}
+    groups: list[tuple[str, list[str], Any]] = []
     i = 0
     while i < len(tokens):
         token = tokens[i]
         flag, eq, inline = token.partition("=")
         if flag in NEUTRAL_FLAGS:
-            i = _neutral(flag, inline if eq else None, tokens, i)
+            end = _neutral(flag, inline if eq else None, tokens, i)
+            groups.append((flag, tokens[i:end], None))
+            i = end
             continue
         if token in SWITCH_FLAGS:
             switched, setting = SWITCH_FLAGS[token]
-            values[switched] = setting
+            groups.append((switched, [token], setting))
             i += 1
             continue
         name = known.get(flag)
@@ -70,23 +118,14 @@ def parse_llamacpp_args(text: str) -> dict[str, Any]:
                 param="llamacpp_args",
             )
         if eq:
-            value = inline
+            groups.append((name, [token], inline))
         elif i + 1 < len(tokens):
+            groups.append((name, tokens[i : i + 2], tokens[i + 1]))
             i += 1
-            value = tokens[i]
         else:
             raise BadRequest(f"llamacpp_args: {flag} needs a value", param="llamacpp_args")
-        values[name] = value
         i += 1
-    try:
-        checked = EngineFlags.model_validate(values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name = str(err["loc"][0]) if err["loc"] else "?"
-        raise BadRequest(
-            f"llamacpp_args: {flag_of(name)}: {err['msg']}", param="llamacpp_args"
-        ) from None
-    return {k: getattr(checked, k) for k in values}
+    return groups
 
 
 def _neutral(flag: str, inline: str | None, tokens: list[str], i: int) -> int:

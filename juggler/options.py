@@ -4,12 +4,13 @@ Each option is one pydantic `Field` below, with its default, bounds, unit and he
 The models that use them:
 
 - `ModelOptions`: the per-model options of Lemonade's `/api/v1/load` (`ctx_size`,
-  `llamacpp_backend`, `llamacpp_args`) and seed 002's eviction settings. `Settings`
-  (config.py) declares the same fields as server-wide defaults; `LoadOverrides` is the
-  all-optional form a `/load` body carries. Seed 000's priority order is
-  `resolve(settings, overrides)`: "1. Values explicity passed in `load` [...] 2. Values
-  set by the user as [...] CLI args or env vars. 3. Default hardcoded values"
-  (`Settings.model_options` adds the check of `llamacpp_args`).
+  `llamacpp_backend`, `llamacpp_args`, `merge_args`) and seed 002's eviction settings.
+  `Settings` (config.py) declares the same fields as server-wide defaults;
+  `LoadOverrides` is the all-optional form a `/load` body carries. Seed 000's priority
+  order is `resolve(settings, overrides, saved)`: "1. Values explicity passed in `load`
+  [...] 2. Values set by the user as [...] CLI args or env vars. 3. Default hardcoded
+  values", with lemonade.md's saved per-model options between the first two
+  (`Settings.model_options` adds the layering and check of `llamacpp_args`).
 - `EngineFlags`: the command line of Juggler's llama.cpp backend (`python -m
   juggler.engine`). The backend builds its argparse from these fields, the manager's
   recipe writes argv with `to_argv()`, and a client's `llamacpp_args` is parsed
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from juggler.errors import BadRequest, NotImplementedParam
@@ -45,12 +46,35 @@ def _unit(unit: str) -> dict[str, Any]:
 
 
 # -- the declarations --------------------------------------------------------------------
+MIN_CTX, MAX_CTX = 64, 1 << 20
+#: Lemonade's `ctx_size: -1`: the size is chosen at load (`manager.auto_ctx`).
+AUTO_CTX = -1
+
 CTX_SIZE = Field(
     4096,
-    ge=64,
-    le=1 << 20,
+    ge=MIN_CTX,
+    le=MAX_CTX,
     description="Context size: tokens one sequence may hold, and KV cells per engine worker.",
     json_schema_extra=_unit("tokens"),
+)
+
+
+def _ctx_size(value: int) -> int:
+    if value != AUTO_CTX and not MIN_CTX <= value <= MAX_CTX:
+        raise ValueError(
+            f"must be a whole number from {MIN_CTX} to {MAX_CTX}, or -1 to size it automatically"
+        )
+    return value
+
+
+#: A load option's context size: a size, or -1 (lemonade.md: "`ctx_size` takes a positive
+#: whole number, or `-1` to pin the model to automatic sizing").
+CtxSize = Annotated[int, AfterValidator(_ctx_size)]
+MODEL_CTX_SIZE: Any = Field(
+    4096,
+    description="Context size: tokens one sequence may hold, and KV cells per engine worker; "
+    "-1 sizes it at load (the model's trained context, as far as memory allows).",
+    json_schema_extra={"unit": "tokens", "minimum": AUTO_CTX, "maximum": MAX_CTX},
 )
 LLAMACPP_BACKEND: Any = Field(
     "cpu",
@@ -61,15 +85,21 @@ LLAMACPP_ARGS = Field(
     max_length=4096,
     description="Extra engine flags, e.g. '--workers 2 --parallel 4' (see EngineFlags).",
 )
+MERGE_ARGS = Field(
+    True,
+    description="lemonade.md: true inherits the server-wide llamacpp_args (a model's or a "
+    "load's own flags win over the same flags there); false applies only a load's own.",
+)
 AUTO_EVICT = Field(False, description="Opt into seed 002's dynamic memory management.")
+#: The idle timeouts are whole seconds, as Lemonade's (it refuses `600.5`).
 DOWNSIZE_IDLE_TIMEOUT = Field(
-    60.0,
+    60,
     ge=0,
     description="Seconds idle before a model frees its KV cache and compute buffers.",
     json_schema_extra=_unit("s"),
 )
 EVICT_IDLE_TIMEOUT = Field(
-    300.0,
+    300,
     ge=0,
     description="Seconds idle before a model is unloaded.",
     json_schema_extra=_unit("s"),
@@ -104,12 +134,13 @@ class ModelOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    ctx_size: int = CTX_SIZE
+    ctx_size: CtxSize = MODEL_CTX_SIZE
     llamacpp_backend: LlamacppBackend = LLAMACPP_BACKEND
     llamacpp_args: str = LLAMACPP_ARGS
+    merge_args: bool = MERGE_ARGS
     auto_evict: bool = AUTO_EVICT
-    downsize_idle_timeout: float = DOWNSIZE_IDLE_TIMEOUT
-    evict_idle_timeout: float = EVICT_IDLE_TIMEOUT
+    downsize_idle_timeout: int = DOWNSIZE_IDLE_TIMEOUT
+    evict_idle_timeout: int = EVICT_IDLE_TIMEOUT
     evict_weight_factor: float = EVICT_WEIGHT_FACTOR
     compute_weight: float = COMPUTE_WEIGHT
 
@@ -159,17 +190,24 @@ PER_MODEL_ONLY = frozenset({"auto_evict"})
 UNBUILT_SETTINGS: dict[str, str] = {}
 
 
-def resolve(defaults: BaseModel, overrides: BaseModel | dict[str, Any] | None) -> ModelOptions:
-    """Seed 000's priority order: `overrides` (a /load body) > `defaults` (Settings:
-    CLI > env > config file > built-in). Raises BadRequest naming a bad field. The flags
-    in `llamacpp_args` are text here: `Settings.model_options` parses them against
-    `EngineFlags` (`engine_args`, which builds on this module)."""
+def resolve(
+    defaults: BaseModel,
+    overrides: BaseModel | dict[str, Any] | None,
+    saved: Mapping[str, Any] | None = None,
+) -> ModelOptions:
+    """Seed 000's priority order, as lemonade.md's: `overrides` (a /load body) > `saved`
+    (the model's saved options) > `defaults` (Settings: CLI > env > config file >
+    built-in); None values are not given. Raises BadRequest naming a bad field.
+    `llamacpp_args` is the highest layer's text here: `Settings.model_options` layers it
+    over the server-wide flags (`merge_args`) and parses it against `EngineFlags`
+    (`engine_args`, which builds on this module)."""
     given = overrides.model_dump() if isinstance(overrides, BaseModel) else dict(overrides or {})
     merged = {k: getattr(defaults, k) for k in MODEL_OPTION_KEYS if k not in PER_MODEL_ONLY}
-    for key, value in given.items():
-        if value is not None and key in UNBUILT_SETTINGS:
-            raise NotImplementedParam(key, UNBUILT_SETTINGS[key])
-    merged.update({k: v for k, v in given.items() if v is not None})
+    for layer in (dict(saved or {}), given):
+        for key, value in layer.items():
+            if value is not None and key in UNBUILT_SETTINGS:
+                raise NotImplementedParam(key, UNBUILT_SETTINGS[key])
+        merged.update({k: v for k, v in layer.items() if v is not None})
     try:
         options = ModelOptions.model_validate(merged)
     except ValidationError as exc:
@@ -210,6 +248,15 @@ class EngineFlags(BaseModel):
     workers: int = WORKERS
     parallel: int = PARALLEL
     threads: int = THREADS
+    threads_batch: int | None = Field(
+        None,
+        ge=1,
+        le=512,
+        description="CPU threads per engine worker for decodes of more than one token "
+        "(prompts, several sequences at once): llama-server's --threads-batch (default: "
+        "as many as --threads, or the compute plan, give).",
+        json_schema_extra=_unit("threads"),
+    )
     n_gpu_layers: int = Field(
         0, ge=0, le=100000, description="Layers offloaded to the GPU (0: CPU only)."
     )

@@ -37,6 +37,7 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
         n_batch=batch,
         n_seq_max=f.parallel,
         n_threads=config.n_threads,
+        n_threads_batch=f.threads_batch or 0,
         max_prefill_chunk=max(1, min(f.prefill_chunk, batch)),
         flash_attn=_FLASH_ATTN[f.flash_attn],
         cache_cells=f.cache_cells,
@@ -57,4 +58,5 @@ def embed_worker_config(config: EngineConfig, n_ctx_train: int) -> WorkerConfig:
         n_batch=max(f.batch_size, f.parallel),
         n_seq_max=max(f.parallel, 32),
         n_threads=config.n_threads,
+        n_threads_batch=f.threads_batch or 0,
     )

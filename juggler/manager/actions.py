@@ -140,7 +140,10 @@ class Actions:
         if job.is_explicit:
             if job.pin is not None:
                 server.pinned = job.pin
-            server.options = job.plan.options
+            # The same launch: an automatic ctx_size keeps the size the process holds.
+            server.options = job.plan.options.model_copy(
+                update={"ctx_size": server.options.ctx_size}
+            )
         self.serve(job, server)
 
     def _start_load(self, job: LoadJob, decision: Decision) -> None:

@@ -47,7 +47,7 @@ class LoadJob:
             plan.model_type,
             plan.device,
             plan.npu_backend,
-            plan.options.launch_key() if self.is_explicit else None,
+            plan.launch_key() if self.is_explicit else None,
             self.evict_all,
         )
 
@@ -80,13 +80,13 @@ class LoadQueue:
     ) -> None:
         """An explicit /load joins a load of the same model with the same launch options
         (a waiting auto-load takes its options first); otherwise it queues its own."""
-        key = plan.options.launch_key()
+        key = plan.launch_key()
         for job in self.jobs():
             if job.model_name != plan.info.name:
                 continue
             if job is not self.active and not job.is_explicit:
                 job.plan, job.is_explicit = plan, True
-            if job.plan.options.launch_key() == key:
+            if job.plan.launch_key() == key:
                 job.pin = pin if pin is not None else job.pin
                 job.loaders.append(future)
                 return

@@ -25,6 +25,7 @@ from juggler.backend_key import BackendAuth, BackendKeys
 from juggler.config import Settings, parse_max_loaded_models
 from juggler.errors import BadRequest, JugglerError
 from juggler.logbook import LogBook
+from juggler.manager import auto_ctx
 from juggler.manager import messages as m
 from juggler.manager.compute import LINGER_S, ComputePlanner
 from juggler.manager.lease import Lease
@@ -39,7 +40,7 @@ from juggler.manager.spawner import Spawner
 from juggler.manager.stall_watch import INTERVAL_S as STALL_INTERVAL_S
 from juggler.manager.stall_watch import StallWatch
 from juggler.manager.table import ServerTable
-from juggler.options import ModelOptions
+from juggler.options import AUTO_CTX, ModelOptions
 from juggler.types import MODEL_TYPE_ORDER, ModelInfo, ModelType
 
 log = logging.getLogger("juggler.manager")
@@ -178,8 +179,9 @@ class Manager:
             canonical = self.registry.get(model_name).name  # an alias names its model
             if canonical != model_name:
                 return await self.acquire(canonical, overrides)
-            merged = {**self._saved(model_name), **(overrides or {})}
-            plan = await self._prepare(model_name, self.settings.model_options(merged or None))
+            saved = self._saved(model_name)
+            options = self.settings.model_options(dict(overrides or {}), saved=saved)
+            plan = await self._prepare(model_name, options)
             lease = await self._ask(lambda f: m.Acquire(model_name, plan, f))
         assert lease is not None
         return lease
@@ -209,9 +211,8 @@ class Manager:
         given = (
             overrides.model_dump() if isinstance(overrides, BaseModel) else dict(overrides or {})
         )
-        merged = {k: v for k, v in self._saved(model_name).items() if k not in ignore_saved}
-        merged.update({k: v for k, v in given.items() if v is not None})
-        options = self.settings.model_options(merged or None)
+        saved = {k: v for k, v in self._saved(model_name).items() if k not in ignore_saved}
+        options = self.settings.model_options(given, saved=saved)
         plan = await self._prepare(model_name, options)
         snapshot: ServerSnapshot = await self._ask(lambda f: m.Load(plan, pinned, f))
         return snapshot
@@ -329,6 +330,17 @@ class Manager:
             return None
 
     # -- plumbing ------------------------------------------------------------------------
+    async def resolved_ctx_size(self, model_name: str, options: ModelOptions) -> int:
+        """lemonade.md's `resolved_ctx_size`: "The context size a load right now would
+        use: the effective `ctx_size`, or the automatically computed size when that is
+        `-1`" (`auto_ctx`). Reads the checkpoint's header when it is on disk; never
+        loads anything. Raises ModelNotFound."""
+        if options.ctx_size != AUTO_CTX:
+            return options.ctx_size
+        info = self.registry.get(model_name)
+        resolve = self._resolve or _default_resolver()
+        return await asyncio.to_thread(auto_ctx.planned_size, info, options, self.settings, resolve)
+
     async def _prepare(self, model_name: str, options: ModelOptions) -> LaunchPlan:
         info = self.registry.get(model_name)
         resolve = self._resolve or _default_resolver()

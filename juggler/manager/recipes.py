@@ -38,9 +38,11 @@ from pathlib import Path
 from juggler.config import Settings
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotInstalled
+from juggler.manager import auto_ctx
+from juggler.manager.auto_ctx import header_of
 from juggler.manager.fit import check_fit, host_memory_bytes
-from juggler.options import EngineFlags, ModelOptions
-from juggler.registry.gguf_meta import GgufError, read_info
+from juggler.options import AUTO_CTX, EngineFlags, ModelOptions
+from juggler.registry.gguf_meta import GgufInfo
 from juggler.types import Device, ModelInfo, ModelType
 
 #: Turns a model's checkpoint into a file on disk; raises CheckpointMissing.
@@ -136,10 +138,19 @@ class LaunchPlan:
     #: Threads per engine worker given explicitly (`threads`, `--threads`); 0: the compute
     #: plan decides (llamacpp only).
     threads: int = 0
+    #: Loaded with `ctx_size: -1`: `options.ctx_size` is the size chosen (`auto_ctx`).
+    ctx_auto: bool = False
 
     @property
     def model_type(self) -> ModelType:
         return self.info.type
+
+    def launch_key(self) -> tuple[int, str, str]:
+        """`ModelOptions.launch_key`, with an automatic size as -1: the process holds the
+        size chosen when it started, and asking for automatic sizing again is the same
+        load (Lemonade's router: "Asking for auto again asks for what is running")."""
+        key = self.options.launch_key()
+        return (AUTO_CTX, *key[1:]) if self.ctx_auto else key
 
     def argv(self, port: int, host: str = "127.0.0.1") -> list[str]:
         """The command line for `port`; placeholders are filled per token, so a path with
@@ -251,20 +262,18 @@ def _command_template(info: ModelInfo) -> tuple[str, ...]:
 
 
 def _check_fit(
-    path: Path, info: ModelInfo, flags: EngineFlags, device: Device, memory_bytes: int | None
+    header: GgufInfo | None, info: ModelInfo, flags: EngineFlags, memory_bytes: int | None
 ) -> None:
     """`fit.check_fit` from the file's header (a file that is not GGUF is left to the
-    engine to refuse); host memory counts for a CPU load only."""
-    try:
-        header = read_info(path)
-    except (GgufError, OSError):
+    engine to refuse); `memory_bytes` None: not a CPU load."""
+    if header is None:
         return
     check_fit(
         header,
         ctx_size=flags.ctx_size,
         workers=flags.workers,
         is_llm=info.type is ModelType.LLM,
-        memory_bytes=memory_bytes if device is Device.CPU else None,
+        memory_bytes=memory_bytes,
     )
 
 
@@ -277,7 +286,8 @@ def plan_launch(
     memory_bytes: int | None = None,
 ) -> LaunchPlan:
     """Check the recipe is installed, the checkpoint is on disk and a llama.cpp load can
-    fit (`fit`: in `memory_bytes`, the host's memory when None), and build the plan.
+    fit (`fit`: in `memory_bytes`, the host's memory when None), and build the plan. An
+    automatic `ctx_size` (-1) is sized here (`auto_ctx`), from the same header and memory.
 
     Blocks on file-system checks only (run it off the event loop if `resolve` is slow).
     Raises RecipeNotInstalled or CheckpointMissing (both missing-file class), or
@@ -309,27 +319,32 @@ def plan_launch(
             recipe,
             device,
             npu_backend,
-            options,
+            auto_ctx.resolved(options, header_of(model_path), settings, memory_bytes=None),
             info.health_path or "/health",
             template,
             reports_device=False,
+            ctx_auto=options.ctx_size == AUTO_CTX,
         )
     if recipe.name == "llamacpp":
         model_path = str(resolve(info))
         device = Device.CPU if options.llamacpp_backend == "cpu" else Device.GPU
-        flags = _engine_flags(options, settings)
-        _check_fit(Path(model_path), info, flags, device, memory_bytes)
+        header = header_of(model_path)
+        host = memory_bytes if device is Device.CPU else None
+        sized = auto_ctx.resolved(options, header, settings, memory_bytes=host)
+        flags = _engine_flags(sized, settings)
+        _check_fit(header, info, flags, host)
         return LaunchPlan(
             info,
             model_path,
             recipe,
             device,
             None,
-            options,
+            sized,
             "/health",
             tuple(_llamacpp_argv(info, flags)),
             reports_device=True,
             threads=_explicit_threads(options, settings),
+            ctx_auto=options.ctx_size == AUTO_CTX,
         )
     found = next((p for p in map(shutil.which, recipe.executables) if p), None)
     if found is None:
@@ -339,16 +354,18 @@ def plan_launch(
         )
     model_path = str(resolve(info)) if recipe.needs_file else info.checkpoint
     template = (found, *shlex.split(recipe.template))
+    header = header_of(model_path) if recipe.needs_file else None
     return LaunchPlan(
         info,
         model_path,
         recipe,
         recipe.device,
         recipe.npu_backend,
-        options,
+        auto_ctx.resolved(options, header, settings, memory_bytes=None),
         recipe.health_path,
         template,
         reports_device=False,
+        ctx_auto=options.ctx_size == AUTO_CTX,
     )
 
 

@@ -121,5 +121,5 @@ class WrappedServer:
             self.plan.npu_backend,
             self.in_flight,
             self.pinned,
-            self.options.launch_key(),
+            self.plan.launch_key(),
         )

@@ -117,6 +117,7 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
             "workers": flags.workers,
             "parallel": flags.parallel,
             "ctx_size": flags.ctx_size,
+            "threads_batch": flags.threads_batch,
             "pid": os.getpid(),
             "chat_template": engine.template.origin,
             "memory": memory.memory_body(engine),

@@ -62,7 +62,7 @@ class Context:
         cp.n_ubatch = params.n_ubatch
         cp.n_seq_max = params.n_seq_max
         cp.n_threads = params.n_threads
-        cp.n_threads_batch = params.n_threads
+        cp.n_threads_batch = params.n_threads_batch or params.n_threads
         cp.embeddings = params.embeddings
         cp.pooling_type = params.pooling
         cp.kv_unified = params.kv_unified
@@ -80,6 +80,8 @@ class Context:
         self.memory: Any = C.llama_get_memory(ctx)
         self.num_removals = 0
         self.n_threads = params.n_threads
+        #: A fixed batch thread count (--threads-batch); 0: it follows `set_threads`.
+        self.fixed_threads_batch = params.n_threads_batch
         self._adapter: Any = None
 
     def decode(self, batch: TokenBatch) -> int:
@@ -125,9 +127,10 @@ class Context:
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
     def set_threads(self, n: int) -> None:
-        """Decode (and prefill) with `n` threads from the next decode on."""
+        """Decode with `n` threads from the next decode on (and prefill too, unless the
+        batch thread count is fixed)."""
         if n != self.n_threads:
-            C.llama_set_n_threads(self.ptr, n, n)
+            C.llama_set_n_threads(self.ptr, n, self.fixed_threads_batch or n)
             self.n_threads = n
 
     def set_adapter(self, adapter: Any | None) -> None:

@@ -32,6 +32,9 @@ class ContextParams:
     n_seq_max: int
     n_threads: int
     embeddings: bool = False
+    #: Threads of decodes of more than one token (llama.cpp's n_threads_batch); 0: as
+    #: n_threads, and as the thread count `set_threads` gives.
+    n_threads_batch: int = 0
     #: llama.cpp's pooling type; -1 lets the model decide.
     pooling: int = -1
     kv_unified: bool = True

@@ -26,6 +26,8 @@ class WorkerConfig:
     n_batch: int
     n_seq_max: int
     n_threads: int
+    #: Threads of multi-token decodes (--threads-batch); 0: as n_threads.
+    n_threads_batch: int = 0
     max_prefill_chunk: int = 256
     flash_attn: int = -1
     #: Cell budget of cached (finished stateless) sequences; None: an eighth of n_ctx.

@@ -110,6 +110,7 @@ class EmbedWorker(OwnerThread):
                 n_ubatch=cfg.n_ctx,
                 n_seq_max=cfg.n_seq_max,
                 n_threads=cfg.n_threads,
+                n_threads_batch=cfg.n_threads_batch,
                 embeddings=True,
                 pooling=POOLING_RANK if self.rerank else -1,
                 kv_unified=True,

@@ -118,6 +118,7 @@ class Worker(OwnerThread):
             n_ubatch=cfg.n_batch,
             n_seq_max=cfg.n_seq_max,
             n_threads=cfg.n_threads,
+            n_threads_batch=cfg.n_threads_batch,
             flash_attn=cfg.flash_attn,
         )
         wid = self.worker_id

@@ -1,0 +1,112 @@
+"""Lemonade's `ctx_size: -1` (issue 24; its suite's 012ld, 012r, 012t, 012u): "A
+`ctx_size` of `-1` means the server picks the context size automatically". Juggler picks
+the trained context, at most 32768, as far as half the memory allows (`auto_ctx`). Fast:
+GGUF headers written by the `gguf` package, memory given, a fake spawner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from juggler.manager import Manager, auto_ctx
+from juggler.manager.auto_ctx import AUTO_CTX_FALLBACK, AUTO_CTX_MAX, auto_ctx_size
+from juggler.manager.fit import kv_bytes_per_token
+from juggler.manager.recipes import LaunchPlan, plan_launch
+from juggler.registry.gguf_meta import read_info
+from juggler.types import ModelInfo
+
+from .conftest import FakeRegistry, resolve_path, run, settings
+from .fake_spawner import FakeSpawner
+from .test_fit import smol_like
+
+GIB = 1 << 30
+PER_TOKEN = 23040  # SmolLM2's shape (test_fit.smol_like)
+
+
+def test_the_size_is_the_trained_context_as_far_as_half_the_memory_allows(
+    tmp_path: Path,
+) -> None:
+    header = read_info(smol_like(tmp_path / "m.gguf", ctx=8192))
+    assert kv_bytes_per_token(header) == PER_TOKEN
+    assert auto_ctx_size(header, workers=1, memory_bytes=24 * GIB) == 8192
+    assert auto_ctx_size(header, workers=1, memory_bytes=None) == 8192  # offloaded
+    # Half of 200 MiB, less the weights, holds about 4551 tokens of one worker's KV:
+    small = 200 << 20
+    fits = (small // 2 - header.size_bytes) // PER_TOKEN
+    got = auto_ctx_size(header, workers=1, memory_bytes=small)
+    assert got == fits // 256 * 256 == 4352
+    assert auto_ctx_size(header, workers=2, memory_bytes=small) == (fits // 2) // 256 * 256
+    assert auto_ctx_size(header, workers=1, memory_bytes=1 << 20) == 512  # the floor
+
+
+def test_a_long_trained_context_is_capped_and_an_unknown_header_falls_back(
+    tmp_path: Path,
+) -> None:
+    long = read_info(smol_like(tmp_path / "long.gguf", ctx=131072))
+    assert auto_ctx_size(long, workers=1, memory_bytes=64 * GIB) == AUTO_CTX_MAX == 32768
+    short = read_info(smol_like(tmp_path / "short.gguf", ctx=256))
+    assert auto_ctx_size(short, workers=1, memory_bytes=1 << 20) == 256  # never past trained
+    assert auto_ctx_size(None, workers=1, memory_bytes=None) == AUTO_CTX_FALLBACK == 4096
+
+
+def test_the_plan_starts_the_backend_with_the_size_chosen(tmp_path: Path) -> None:
+    """lemonade.md, `launch_command`: "a `ctx_size` of `auto` appears here as a real
+    number"; the load stays automatic, so asking for -1 again is the same load."""
+    info = ModelInfo(name="M", checkpoint=str(smol_like(tmp_path / "m.gguf", ctx=8192)))
+    s = settings()
+
+    def plan(ctx_size: int, memory_bytes: int) -> LaunchPlan:
+        options = s.model_options({"ctx_size": ctx_size})
+        return plan_launch(info, options, s, resolve_path, memory_bytes=memory_bytes)
+
+    auto = plan(-1, 24 * GIB)
+    assert auto.ctx_auto and auto.options.ctx_size == 8192
+    argv = auto.argv(port=1)
+    assert argv[argv.index("--ctx-size") + 1] == "8192"
+    tight = plan(-1, 200 << 20)
+    assert tight.options.ctx_size == 4352 and tight.launch_key() == auto.launch_key()
+    given = plan(8192, 24 * GIB)
+    assert not given.ctx_auto and given.launch_key() != auto.launch_key()
+    assert given.launch_key() == given.options.launch_key()
+    # The size chosen is what lemonade.md's `resolved_ctx_size` reports before a load.
+    planned = auto_ctx.planned_size(
+        info, s.model_options({"ctx_size": -1}), s, resolve_path, memory_bytes=24 * GIB
+    )
+    assert planned == 8192
+    missing = ModelInfo(name="N", checkpoint=str(tmp_path / "not-downloaded.gguf"))
+    assert auto_ctx.planned_size(missing, s.model_options({"ctx_size": -1}), s, resolve_path) == (
+        AUTO_CTX_FALLBACK
+    )
+
+
+def test_loading_auto_again_keeps_the_process_and_its_size(tmp_path: Path) -> None:
+    """Lemonade's suite, 012t: "the running process holds the concrete size auto-tune
+    chose, which no request can spell, so -1 has to be recognized as the size it already
+    resolved to"; 012ld: a load's -1 beats the saved size."""
+    info = ModelInfo(name="M", checkpoint=str(smol_like(tmp_path / "m.gguf", ctx=8192)))
+    fake = FakeSpawner()
+    saved = {"M": {"ctx_size": 3072, "llamacpp_args": "--threads 1"}}
+
+    async def scenario() -> None:
+        m = Manager(
+            settings(),
+            FakeRegistry(info),
+            resolve=resolve_path,
+            spawner=fake,
+            saved_options=lambda name: saved.get(name, {}),
+        )
+        await m.start()
+        try:
+            first = await m.load("M", {"ctx_size": -1})
+            assert first.options.ctx_size == 8192 == first.to_health()["recipe_options"]["ctx_size"]
+            assert "--threads 1" in first.options.llamacpp_args  # the saved args still count
+            again = await m.load("M", {"ctx_size": -1, "evict_idle_timeout": 600})
+            assert again.pid == first.pid and fake.starts("M") == 1
+            assert again.options.ctx_size == 8192 and again.options.evict_idle_timeout == 600
+            auto = settings().model_options({"ctx_size": -1})
+            assert await m.resolved_ctx_size("M", auto) == 8192  # lemonade.md's resolved_ctx_size
+            sized = await m.load("M")  # the saved 3072: another launch
+            assert sized.options.ctx_size == 3072 and fake.starts("M") == 2
+        finally:
+            await m.stop()
+
+    run(scenario())
