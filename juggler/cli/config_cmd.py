@@ -10,7 +10,7 @@ import typer
 from juggler.cli.client import Client, ServerError
 from juggler.cli.common import cli_settings, config_app, err, out
 from juggler.config import ConfigError, config_path, read_config_file, set_value
-from juggler.router.config_routes import NEXT_LOAD, NOW
+from juggler.router.lemonade.config_routes import NEXT_LOAD, NOW
 
 
 @config_app.command("set")

@@ -31,22 +31,13 @@ from juggler.manager.manager import Manager
 from juggler.registry.adapters import AdapterBook
 from juggler.registry.catalog import Registry
 from juggler.router import (
-    admin_routes,
-    alias_routes,
     anthropic_routes,
-    config_routes,
-    llamacpp_routes,
-    logs_route,
-    memory_routes,
-    model_options,
-    model_routes,
     ollama_create,
     ollama_models,
     ollama_routes,
     openai_routes,
     responses,
     sessions,
-    system_routes,
 )
 from juggler.router.core.adapters import Adapters
 from juggler.router.core.browser_guard import BrowserGuard, BrowserGuardMiddleware
@@ -66,6 +57,17 @@ from juggler.router.core.pins import PinBook
 from juggler.router.core.proxy import ClientGone, Proxy
 from juggler.router.dashboard import routes as ui_routes
 from juggler.router.gateway import adapter_routes, metrics_route
+from juggler.router.lemonade import (
+    admin_routes,
+    alias_routes,
+    config_routes,
+    llamacpp_routes,
+    logs_route,
+    memory_routes,
+    model_options,
+    model_routes,
+    system_routes,
+)
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")

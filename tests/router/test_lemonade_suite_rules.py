@@ -21,10 +21,10 @@ from juggler.errors import BadRequest
 from juggler.options import ModelOptions
 from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import HfRef, find_hf_file, hf_cache_dir, parse_checkpoint
-from juggler.router import system_routes
 from juggler.router.app import create_app
 from juggler.router.core.load_options import ollama_options
-from juggler.router.schemas import LoadRequest, options_to_save, tombstones
+from juggler.router.lemonade import system_routes
+from juggler.router.lemonade.schemas import LoadRequest, options_to_save, tombstones
 
 LOCAL = "http://127.0.0.1"
 ADMIN = {"Authorization": "Bearer admin-secret"}

@@ -16,7 +16,7 @@ from juggler.router.core.deps import is_admin, is_local_owner, state_of
 from juggler.router.core.figures import lemonade_counters
 from juggler.router.core.openapi import body_of
 from juggler.router.core.security import check_registration
-from juggler.router.schemas import (
+from juggler.router.lemonade.schemas import (
     LoadRequest,
     PinRequest,
     UnloadRequest,

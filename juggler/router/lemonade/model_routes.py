@@ -41,7 +41,7 @@ from juggler.router.core.pulls import (
     run_pull,
 )
 from juggler.router.core.security import check_registration
-from juggler.router.schemas import DeleteRequest, PullRequest, RegisterRequest
+from juggler.router.lemonade.schemas import DeleteRequest, PullRequest, RegisterRequest
 
 router = APIRouter()
 
