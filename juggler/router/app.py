@@ -35,9 +35,6 @@ from juggler.router import (
     ollama_create,
     ollama_models,
     ollama_routes,
-    openai_routes,
-    responses,
-    sessions,
 )
 from juggler.router.core.adapters import Adapters
 from juggler.router.core.browser_guard import BrowserGuard, BrowserGuardMiddleware
@@ -68,6 +65,8 @@ from juggler.router.lemonade import (
     model_routes,
     system_routes,
 )
+from juggler.router.openai import responses, sessions
+from juggler.router.openai import routes as openai_routes
 
 log = logging.getLogger("juggler.router")
 API_PREFIXES = ("/api/v1", "/v1")
