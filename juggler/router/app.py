@@ -21,8 +21,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from juggler import __version__
-from juggler.api.anthropic import error_body as anthropic_error
-from juggler.api.anthropic import is_anthropic_path
 from juggler.api.openai import configure_limits
 from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound
@@ -31,11 +29,13 @@ from juggler.manager.manager import Manager
 from juggler.registry.adapters import AdapterBook
 from juggler.registry.catalog import Registry
 from juggler.router import (
-    anthropic_routes,
     ollama_create,
     ollama_models,
     ollama_routes,
 )
+from juggler.router.anthropic import routes as anthropic_routes
+from juggler.router.anthropic.wire import error_body as anthropic_error
+from juggler.router.anthropic.wire import is_anthropic_path
 from juggler.router.core.adapters import Adapters
 from juggler.router.core.browser_guard import BrowserGuard, BrowserGuardMiddleware
 from juggler.router.core.deps import RouterState

@@ -14,14 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 
-from juggler.api.anthropic import MessagesRequest, error_body, is_anthropic_path, validated
-from juggler.api.anthropic_chat import anthropic_param, chat_body
 from juggler.api.openai import ChatRequest
 from juggler.config import Settings
 from juggler.engine.llama.sampling import StopMatcher
 from juggler.errors import BadRequest, ModelNotFound, NotImplementedParam
 from juggler.registry.catalog import Registry
-from juggler.router.anthropic_answer import MessageEvents, fold, stop_reason
+from juggler.router.anthropic.answer import MessageEvents, fold, stop_reason
+from juggler.router.anthropic.request import anthropic_param, chat_body
+from juggler.router.anthropic.wire import MessagesRequest, error_body, is_anthropic_path, validated
 from juggler.router.app import create_app
 
 #: The base URL of in-process clients: a Host that names the server (issue 22).

@@ -6,6 +6,11 @@ stops the reader, the backend's own stream queue fills, and the engine ends that
 generation (seed 003: "Do not block the inference loop waiting on a slow consumer").
 `cut(error)` (the graceful drain's deadline) ends the stream with an error event at
 once, even while it waits for a chunk: no stream is ever cut without a word.
+
+A face that speaks another dialect (Ollama's, Anthropic's) reads the relayed stream's
+events and words them its own way: `translated` streams them, `read_whole` folds them
+into one answer; both close the relay however they end (done, failed, or the client went
+away), so the backend's lease is released at once.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
+from fastapi.responses import StreamingResponse
 
 from juggler.api import sse
 from juggler.errors import BackendDead, JugglerError
@@ -22,6 +29,9 @@ from juggler.errors import BackendDead, JugglerError
 #: Chunks buffered between the backend and a client.
 QUEUE_CHUNKS = 64
 _END = b""
+T = TypeVar("T")
+#: A relayed stream's events: the JSON objects of its `data:` lines.
+Events = AsyncIterator[dict[str, Any]]
 
 
 class Relay:
@@ -75,3 +85,33 @@ class Relay:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
             await self.response.aclose()
+
+
+async def translated(
+    response: StreamingResponse,
+    translate: Callable[[Events], AsyncIterator[bytes]],
+    after: Callable[[], Awaitable[None]] | None = None,
+) -> AsyncIterator[bytes]:
+    """`translate(events)` of a relayed stream, closing the relay however the stream
+    ends; then, when it ran to its end, `after()`."""
+    chunks: Any = response.body_iterator
+    events = sse.read_data(chunks)
+    try:
+        async for piece in translate(events):
+            yield piece
+    finally:
+        await events.aclose()
+        await chunks.aclose()
+    if after is not None:
+        await after()
+
+
+async def read_whole(response: StreamingResponse, fold: Callable[[Events], Awaitable[T]]) -> T:
+    """`fold(events)` of a relayed stream (one answer), closing the relay however it ends."""
+    chunks: Any = response.body_iterator
+    events = sse.read_data(chunks)
+    try:
+        return await fold(events)
+    finally:
+        await events.aclose()
+        await chunks.aclose()  # the relay releases its lease and the backend response

@@ -1,6 +1,6 @@
 """Anthropic's Messages API requests as the OpenAI chat body every Juggler backend speaks:
 the canonical request that Ollama's /api/chat becomes as well. Pure; the routes
-(`router/anthropic_routes.py`) send it to the model's backend.
+(`routes`) send it to the model's backend, and `answer` words what comes back.
 
 What maps where:
 - `system` (a string or text blocks) is the first system message; `messages` keep their
@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from juggler.api.anthropic import (
+from juggler.errors import BadRequest, NotImplementedParam
+from juggler.router.anthropic.wire import (
     AnthropicMessage,
     AnthropicTextBlock,
     AnthropicTool,
@@ -41,7 +42,6 @@ from juggler.api.anthropic import (
     ToolChoiceNone,
     ToolChoiceTool,
 )
-from juggler.errors import BadRequest, NotImplementedParam
 
 NO_VISION = "Juggler serves no vision model (no image projector is loaded)"
 NO_THINKING = "Juggler serves no reasoning model, so there is no thinking to turn on or show"

@@ -1,11 +1,10 @@
 """Anthropic's Messages API as data (the official `anthropic` package's
 `MessageCreateParams` and `MessageCountTokensParams`), and its error shape. Pure data;
-what a request means to a backend is `anthropic_chat`, the routes are
-`router/anthropic_routes.py`.
+what a request means to a backend is `request`, the routes are `routes`.
 
 A field the API does not define is a 400 naming it (`extra="forbid"`). Fields it defines
 are declared here with their types; those whose value asks for something Juggler cannot
-do (an image, thinking, a server tool, ...) are refused by `anthropic_chat` with a 400
+do (an image, thinking, a server tool, ...) are refused by `request` with a 400
 that names them and says why, and their neutral values are accepted.
 """
 

@@ -1,30 +1,29 @@
 """Anthropic's Messages API: `POST /v1/messages` (streaming or not) and `POST
 /v1/messages/count_tokens`, under both /v1 and /api/v1.
 
-A thin dialect, as Ollama's: the body is validated (`juggler.api.anthropic`) and turned
-into the OpenAI chat body every backend speaks (`juggler.api.anthropic_chat`); the model
-is found as the OpenAI routes find it (a catalog model, auto-loaded; a LoRA adapter runs
-on its base model); the backend is always asked to stream with usage, and the router
-translates its chunks (`anthropic_answer`). Errors take Anthropic's shape
-(`router.app.error_response`).
+A thin dialect, as Ollama's: the body is validated (`wire`) and turned into the OpenAI
+chat body every backend speaks (`request`); the model is found as the OpenAI routes find
+it (a catalog model, auto-loaded; a LoRA adapter runs on its base model); the backend is
+always asked to stream with usage, and the router translates its chunks (`answer`).
+Errors take Anthropic's shape (`wire.error_body`, which the app registers for these
+paths).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from juggler.api import sse
-from juggler.api.anthropic import MessagesRequest, PromptBody, validated
-from juggler.api.anthropic_chat import chat_body, prompt_fields
-from juggler.router import anthropic_answer as aa
+from juggler.router.anthropic import answer as aa
+from juggler.router.anthropic.request import chat_body, prompt_fields
+from juggler.router.anthropic.wire import MessagesRequest, PromptBody, validated
 from juggler.router.core.bodies import read_json
 from juggler.router.core.deps import state_of
 from juggler.router.core.openapi import body_of
+from juggler.router.core.relay import read_whole, translated
 
 router = APIRouter()
 CHAT_PATH = "/v1/chat/completions"
@@ -56,34 +55,16 @@ async def messages(request: Request) -> Response:
     response = await _forward(request, body.model, chat)
     if not isinstance(response, StreamingResponse):
         raise aa.backend_error(response)
-    chunks: Any = response.body_iterator
     answer = aa.MessageEvents(body.model, body.max_tokens)
     if body.stream:
-        stream = _closing(chunks, lambda events: aa.sse_events(aa.events_of(answer, events)))
+        stream = translated(response, lambda events: aa.sse_events(aa.events_of(answer, events)))
         return StreamingResponse(
             stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
-    events = sse.read_data(chunks)
-    try:
-        message = await aa.whole(aa.events_of(answer, events), request)
-    finally:
-        await events.aclose()
-        await chunks.aclose()  # the relay releases its lease and the backend response
+    message = await read_whole(
+        response, lambda events: aa.whole(aa.events_of(answer, events), request)
+    )
     return JSONResponse(message)
-
-
-async def _closing(
-    chunks: Any, translate: Callable[[AsyncIterator[dict[str, Any]]], AsyncIterator[bytes]]
-) -> AsyncIterator[bytes]:
-    """`translate(events)`, closing the backend relay however the stream ends (done, or
-    the client went away), so that its lease is released at once."""
-    events = sse.read_data(chunks)
-    try:
-        async for piece in translate(events):
-            yield piece
-    finally:
-        await events.aclose()
-        await chunks.aclose()
 
 
 @router.post("/messages/count_tokens", openapi_extra=body_of(PromptBody))

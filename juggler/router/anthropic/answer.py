@@ -25,10 +25,10 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from juggler.api import anthropic as an
 from juggler.api import sse
-from juggler.api.anthropic_chat import anthropic_param
 from juggler.errors import JugglerError
+from juggler.router.anthropic import wire as an
+from juggler.router.anthropic.request import anthropic_param
 
 #: How often a non-streaming answer checks that its client is still there.
 DISCONNECT_POLL_S = 0.25
