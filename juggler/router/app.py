@@ -28,11 +28,6 @@ from juggler.logbook import LogBook, RingHandler
 from juggler.manager.manager import Manager
 from juggler.registry.adapters import AdapterBook
 from juggler.registry.catalog import Registry
-from juggler.router import (
-    ollama_create,
-    ollama_models,
-    ollama_routes,
-)
 from juggler.router.anthropic import routes as anthropic_routes
 from juggler.router.anthropic.wire import error_body as anthropic_error
 from juggler.router.anthropic.wire import is_anthropic_path
@@ -65,6 +60,11 @@ from juggler.router.lemonade import (
     model_routes,
     system_routes,
 )
+from juggler.router.ollama import create as ollama_create
+from juggler.router.ollama import models as ollama_models
+from juggler.router.ollama import routes as ollama_routes
+from juggler.router.ollama.wire import error_body as ollama_error
+from juggler.router.ollama.wire import is_ollama_path
 from juggler.router.openai import responses, sessions
 from juggler.router.openai import routes as openai_routes
 
@@ -84,14 +84,6 @@ async def _warm_up(manager: Manager, name: str | None, pins: PinBook) -> None:
         log.info("default model %s is loaded", name)
     except JugglerError as exc:
         log.error("could not load the default model %s: %s", name, exc.message)
-
-
-def is_ollama_path(path: str) -> bool:
-    return path.startswith("/api/") and not path.startswith("/api/v1/")
-
-
-def ollama_error(exc: JugglerError, request_id: str) -> dict[str, Any]:
-    return {"error": exc.message, "code": exc.code, "request_id": request_id or None}
 
 
 #: A route's error, by path: Ollama's routes answer `{"error": "message"}`, Anthropic's

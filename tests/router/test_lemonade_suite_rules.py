@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from juggler.api import ollama_options as oo
 from juggler.config import Settings
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest
@@ -22,9 +21,9 @@ from juggler.options import ModelOptions
 from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import HfRef, find_hf_file, hf_cache_dir, parse_checkpoint
 from juggler.router.app import create_app
-from juggler.router.core.load_options import ollama_options
 from juggler.router.lemonade import system_routes
 from juggler.router.lemonade.schemas import LoadRequest, options_to_save, tombstones
+from juggler.router.ollama import options as oo
 
 LOCAL = "http://127.0.0.1"
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -118,12 +117,12 @@ def test_lemonade_load_options_in_ollama_options_stay_out_of_the_load() -> None:
         "auto_evict": True,
         "evict_idle_timeout": 1,
     }
-    sampling, load = oo.split_options(ollama_options(options))
+    sampling, load = oo.split_options(oo.without_load_options(options))
     assert sampling == {"max_tokens": 10, "temperature": 0.7}
     assert load == {"ctx_size": 8192}
     # Outside Lemonade's load options an unknown option is still refused, naming it.
     with pytest.raises(BadRequest) as err:
-        oo.split_options(ollama_options({"ctx_size": 8192}))
+        oo.split_options(oo.without_load_options({"ctx_size": 8192}))
     assert err.value.param == "options.ctx_size"
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from juggler.api.ollama_options import MAX_KEEP_ALIVE_S, parse_keep_alive
 from juggler.api.openai import MAX_INPUTS, MAX_MESSAGES, limit_value
 from juggler.config import Settings
 from juggler.errors import BadRequest
 from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
 from juggler.router.core.tables import SessionEntry
+from juggler.router.ollama.options import MAX_KEEP_ALIVE_S, parse_keep_alive
 from tests.conftest import DEFAULT_MODEL
 
 LOCAL = "http://127.0.0.1"

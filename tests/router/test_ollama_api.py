@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from juggler.api import ollama as ol
-from juggler.api import ollama_options as oo
 from juggler.config import Settings
 from juggler.errors import BadRequest, InsufficientStorage, NotImplementedParam, PayloadTooLarge
 from juggler.registry.catalog import Registry
-from juggler.router import uploads
 from juggler.router.app import create_app
+from juggler.router.ollama import options as oo
+from juggler.router.ollama import request as rq
+from juggler.router.ollama import uploads
+from juggler.router.ollama import wire as ol
 
 #: The base URL of in-process clients: a Host that names the server (issue 22).
 LOCAL = "http://127.0.0.1"
@@ -117,16 +118,16 @@ def test_names_get_ollamas_default_tag() -> None:
 
 def test_generate_maps_raw_to_completions_and_the_rest_to_chat() -> None:
     raw = ol.GenerateBody(model="m", prompt="x", raw=True)
-    assert ol.generate_request(raw) == ("/v1/completions", {"prompt": "x"})
+    assert rq.generate_request(raw) == ("/v1/completions", {"prompt": "x"})
     chat = ol.GenerateBody(model="m", prompt="x", system="s")
-    path, body = ol.generate_request(chat)
+    path, body = rq.generate_request(chat)
     assert path == "/v1/chat/completions"
     assert body["messages"] == [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "x"},
     ]
     with pytest.raises(NotImplementedParam, match="suffix"):
-        ol.generate_request(ol.GenerateBody(model="m", prompt="x", suffix="y"))
+        rq.generate_request(ol.GenerateBody(model="m", prompt="x", suffix="y"))
 
 
 @pytest.fixture()

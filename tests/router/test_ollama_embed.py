@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from juggler.api import ollama as ol
-from juggler.api import ollama_embed as oe
 from juggler.config import Settings
 from juggler.errors import BadRequest, ContextOverflow
 from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
+from juggler.router.ollama import embed_rules as oe
+from juggler.router.ollama import wire as ol
 
 LOCAL = "http://127.0.0.1"
 

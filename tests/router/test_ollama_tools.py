@@ -13,13 +13,20 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from juggler.api import ollama as ol
-from juggler.api.ollama_chat import Message, ToolCalls, format_fields, ollama_param, openai_messages
 from juggler.config import Settings
 from juggler.errors import BadRequest, NotImplementedParam
 from juggler.registry.catalog import Registry
 from juggler.router.app import create_app
-from juggler.router.ollama_answer import OllamaAnswer
+from juggler.router.ollama import request as rq
+from juggler.router.ollama import wire as ol
+from juggler.router.ollama.answer import OllamaAnswer
+from juggler.router.ollama.messages import (
+    Message,
+    ToolCalls,
+    format_fields,
+    ollama_param,
+    openai_messages,
+)
 
 #: The base URL of in-process clients: a Host that names the server (issue 22).
 LOCAL = "http://127.0.0.1"
@@ -117,11 +124,11 @@ def test_chat_request_carries_tools_and_format() -> None:
     body = ol.ChatBody.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER]}
     )
-    assert ol.chat_request(body)["tools"] == [WEATHER]
+    assert rq.chat_request(body)["tools"] == [WEATHER]
     body = ol.ChatBody.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "format": "json"}
     )
-    assert ol.chat_request(body)["response_format"]["type"] == "json_schema"
+    assert rq.chat_request(body)["response_format"]["type"] == "json_schema"
 
 
 @pytest.mark.parametrize(
@@ -142,7 +149,7 @@ def test_what_cannot_be_honoured_is_refused_saying_why(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
     )
     with pytest.raises(BadRequest, match=why) as caught:
-        ol.chat_request(body)
+        rq.chat_request(body)
     assert named in caught.value.message
 
 
@@ -159,13 +166,13 @@ def test_what_cannot_be_honoured_is_refused_saying_why(
 def test_generate_refuses_what_it_cannot_honour(field: str, value: Any, why: str) -> None:
     body = ol.GenerateBody.model_validate({"model": "m", "prompt": "x", field: value})
     with pytest.raises(NotImplementedParam, match=why):
-        ol.generate_request(body)
+        rq.generate_request(body)
 
 
 def test_generate_maps_format_for_chat_and_raw_prompts() -> None:
-    _, chat = ol.generate_request(ol.GenerateBody(model="m", prompt="x", format="json"))
+    _, chat = rq.generate_request(ol.GenerateBody(model="m", prompt="x", format="json"))
     assert chat["response_format"]["json_schema"]["schema"] == {"type": "object"}
-    path, raw = ol.generate_request(ol.GenerateBody(model="m", prompt="x", raw=True, format="json"))
+    path, raw = rq.generate_request(ol.GenerateBody(model="m", prompt="x", raw=True, format="json"))
     assert path == "/v1/completions" and raw["json_schema"] == {"type": "object"}
 
 

@@ -8,7 +8,7 @@ loaded; every other load option stays out of the model's options (they belong to
 `/api/v1/load`). The load options never reach the backend either: they are not
 generation parameters.
 
-Ollama's `options` may carry them as well (`ollama_options`): there `num_ctx` is the
+Ollama's `options` may carry them as well (`ollama/options.py`): there `num_ctx` is the
 one that reaches the load.
 
 Pure: the route reads the body, `split` takes the load options out, and the router
@@ -45,12 +45,3 @@ def split(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     body = {k: v for k, v in raw.items() if k not in LOAD_OPTIONS}
     auto_load = {k: raw[k] for k in AUTO_LOAD_ALLOWLIST if raw.get(k) is not None}
     return body, auto_load
-
-
-def ollama_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Ollama's `options` without Lemonade's load options: Lemonade's Ollama routes let a
-    client put them there too and forward only `num_ctx` (Ollama's name for `ctx_size`,
-    which keeps its own meaning) to the load; the rest stay out, as on an OpenAI body."""
-    if not options:
-        return options
-    return {k: v for k, v in options.items() if k not in LOAD_OPTIONS or k == "ctx_size"}

@@ -21,8 +21,6 @@ from pathlib import Path
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from juggler.api import ollama as ol
-from juggler.api import ollama_options as oo
 from juggler.errors import BadRequest, CheckpointMissing, NotImplementedParam
 from juggler.registry.checkpoint import cache_dir
 from juggler.registry.locks import disk_errors, temp_beside
@@ -30,10 +28,11 @@ from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, is_local_owner, state_of
 from juggler.router.core.openapi import body_of
 from juggler.router.core.security import check_registration
-from juggler.router.ollama_answer import line
-from juggler.router.ollama_models import inferred_labels
-from juggler.router.ollama_routes import NDJSON
-from juggler.router.uploads import UploadBudget
+from juggler.router.ollama import options as oo
+from juggler.router.ollama import wire as ol
+from juggler.router.ollama.models import inferred_labels
+from juggler.router.ollama.uploads import UploadBudget
+from juggler.router.ollama.wire import NDJSON, line
 
 router = APIRouter()
 _DIGEST = re.compile(r"^sha256[:-](?P<hex>[0-9a-f]{64})$")

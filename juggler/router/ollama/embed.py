@@ -3,7 +3,7 @@ inputs to the model's `/v1/embeddings`, as Ollama does, truncating what is too l
 
 Truncation (Ollama's `truncate`, on by default) happens only when the backend refuses an
 input for its length (`context_length_exceeded`), as Ollama's `embedWithRetry` does: each
-input longer than the context (`ollama_embed.context_limit`: the loaded `ctx_size`, at
+input longer than the context (`embed_rules.context_limit`: the loaded `ctx_size`, at
 most the GGUF's trained context) is tokenized on the backend, its content tokens are cut
 so the input with the model's own special tokens fits, the kept tokens are turned back
 into text (`/detokenize`), and that text is embedded. The cut text is tokenized once more
@@ -19,12 +19,12 @@ from typing import Any
 
 from fastapi import Response
 
-from juggler.api import ollama_embed as oe
 from juggler.errors import ContextOverflow, JugglerError
 from juggler.router.core.catalog_view import file_facts
 from juggler.router.core.deps import RouterState
-from juggler.router.ollama_answer import backend_error
-from juggler.router.residency import current_options
+from juggler.router.ollama import embed_rules as oe
+from juggler.router.ollama.answer import backend_error
+from juggler.router.ollama.residency import current_options
 
 #: Rounds of cut-and-check before an input that will not fit is refused.
 _FIT_ROUNDS = 4

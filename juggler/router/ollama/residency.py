@@ -1,5 +1,5 @@
-"""Load options a request asks for, applied through the manager (for dialects whose
-requests carry them, as Ollama's `options.num_ctx` and `keep_alive` do).
+"""The load options and keep_alive an Ollama request asks for (`OllamaRequestOptions`,
+read once by `request`), applied through the manager.
 
 `ensure_options(state, model, wanted)`: the model becomes resident with its current
 options (or, when not loaded, its saved ones) updated by `wanted`. Options that do not
@@ -10,11 +10,12 @@ Runs on the router's event loop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from juggler.api.ollama_options import merge_engine_args
 from juggler.manager.snapshot import ServerSnapshot, ServerState
 from juggler.router.core.deps import RouterState
+from juggler.router.ollama.options import OllamaRequestOptions, merge_engine_args
 
 
 def current_options(state: RouterState, model: str) -> dict[str, Any]:
@@ -26,18 +27,18 @@ def current_options(state: RouterState, model: str) -> dict[str, Any]:
 
 
 async def ensure_options(
-    state: RouterState, model: str, wanted: dict[str, Any]
+    state: RouterState, model: str, wanted: Mapping[str, Any]
 ) -> ServerSnapshot | None:
     """Load `model` with `wanted` over its current options (nothing when `wanted` is
     empty). Raises what `Manager.load` raises (BadRequest for a bad option, ...)."""
     if not wanted:
         return None
     options = current_options(state, model)
-    wanted = dict(wanted)
-    if "llamacpp_args" in wanted:
+    extra = dict(wanted)
+    if "llamacpp_args" in extra:
         base = options.get("llamacpp_args") or state.manager.settings.llamacpp_args
-        wanted["llamacpp_args"] = merge_engine_args(base, wanted["llamacpp_args"])
-    options.update(wanted)
+        extra["llamacpp_args"] = merge_engine_args(base, extra["llamacpp_args"])
+    options.update(extra)
     return await state.manager.load(model, options)
 
 
@@ -49,10 +50,10 @@ async def unload_if_loaded(state: RouterState, model: str) -> bool:
     return False
 
 
-async def keep_alive_after(state: RouterState, model: str, options: dict[str, Any]) -> None:
-    """After a request: its model's idle timeout (Ollama's keep_alive). Only a model that
-    is still loaded is touched; one that is gone stays gone."""
+async def keep_alive_after(state: RouterState, model: str, options: OllamaRequestOptions) -> None:
+    """After a request: its model's idle timeout (its keep_alive, when it gave one). Only
+    a model that is still loaded is touched; one that is gone stays gone."""
     if any(
         s.model_name == model and s.status is ServerState.READY for s in state.manager.snapshot()
     ):
-        await ensure_options(state, model, options)
+        await ensure_options(state, model, options.residency())

@@ -17,9 +17,10 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from juggler.api import ollama as ol
-from juggler.api.ollama_chat import ToolCalls, ollama_param
 from juggler.errors import JugglerError
+from juggler.router.ollama import wire as ol
+from juggler.router.ollama.messages import ToolCalls, ollama_param
+from juggler.router.ollama.wire import line
 
 #: How often a non-streaming answer checks that its client is still there.
 DISCONNECT_POLL_S = 0.25
@@ -40,10 +41,6 @@ def backend_error(response: Response) -> JugglerError:
     exc.code = str(err.get("code") or "backend_error")
     exc.param = ollama_param(str(err["param"])) if err.get("param") else None
     return exc
-
-
-def line(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
 
 
 class OllamaAnswer:

@@ -1,17 +1,11 @@
 """Ollama's model routes: `/api/version`, `/api/tags`, `/api/ps`, `/api/show`,
-`/api/pull` (NDJSON progress), `/api/delete`, `/api/copy`, `/api/create`, and the blob
-upload `/api/create` relies on (`HEAD`/`POST /api/blobs/sha256:...`); `/api/push` is
-501 (no registry to push to).
-
-(`/api/create` and blobs: ollama_create.)
+`/api/pull` (NDJSON progress), `/api/delete`, `/api/copy`; `/api/push` is 501 (no
+registry to push to). (`/api/create` and its blob uploads: `create`.)
 
 Names: Juggler's catalog names, with Ollama's `:latest` tag when they have none
 (`Registry.find` accepts both); `hf.co/org/repo:QUANT` pulls a Hugging Face GGUF under
-that name. `/api/create` makes a model from an existing one (`from`), a local GGUF
-(`from` a path: the security rules of registering a local file apply, see
-`security.check_registration`) or an uploaded blob (`files`); its `parameters` become
-the new model's saved load options. Pulls and deletes are the Lemonade routes' own
-(`core/pulls.py`: `pull_events`, `delete_model`).
+that name. Pulls and deletes are the ones Lemonade's routes make (`core/pulls.py`:
+`pull_events`, `delete_model`), worded Ollama's way.
 
 Every model `/api/tags` lists answers `/api/show` (clients such as llm-ollama call show
 for each listed model): a packaged model that is not assembled yet is assembled by show
@@ -30,8 +24,6 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from juggler import __version__
-from juggler.api import ollama as ol
-from juggler.api import ollama_options as oo
 from juggler.errors import NotFound, NotSupported
 from juggler.manager.snapshot import ServerState
 from juggler.registry.catalog import hf_alias_checkpoint
@@ -48,8 +40,9 @@ from juggler.router.core.catalog_view import FileFacts, file_facts
 from juggler.router.core.deps import RouterState, state_of
 from juggler.router.core.openapi import body_of
 from juggler.router.core.pulls import EventKind, delete_model, hf_ref_of, known_model, pull_events
-from juggler.router.ollama_answer import line
-from juggler.router.ollama_routes import NDJSON
+from juggler.router.ollama import options as oo
+from juggler.router.ollama import wire as ol
+from juggler.router.ollama.wire import NDJSON, line
 from juggler.types import ModelInfo, ModelType
 
 router = APIRouter()

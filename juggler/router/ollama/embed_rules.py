@@ -1,6 +1,6 @@
 """Ollama's embedding rules as pure functions: `truncate`, `dimensions`, the context an
 input must fit. The I/O around them (tokenizing on the model's backend, embedding) is
-`juggler.router.ollama_embed`.
+`juggler.router.ollama.embed`.
 
 Ollama's definition (docs/api.md, `POST /api/embed`): `truncate` "truncates the end of
 each input to fit within context length. Returns error if `false` and context length is

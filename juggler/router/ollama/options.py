@@ -1,5 +1,6 @@
 """Ollama's `options` and `keep_alive` as Juggler's sampling, load and residency
-options. Pure.
+options: one `OllamaRequestOptions` per request, read once (by `request.request_options`)
+and handed on. Pure.
 
 - `options`: sampling options become OpenAI fields (`num_predict` -> `max_tokens`,
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`,
@@ -9,6 +10,9 @@ options. Pure.
   400 naming it, unless its value is what Juggler does anyway (`mirostat: 0`, ...).
 - `keep_alive` (seconds, or a Go duration "5m", "1h30m"): 0 unloads the model once
   idle, a duration is its idle timeout, a negative value keeps it.
+- Lemonade's load options (`/api/v1/load`'s, `core/load_options.py`) may ride in
+  `options` too, as Lemonade's Ollama routes allow: only `num_ctx` (Ollama's name for
+  `ctx_size`) reaches the load; the others stay out, as on an OpenAI body.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from juggler.errors import BadRequest, NotImplementedParam
+from juggler.router.core.load_options import LOAD_OPTIONS
 
 #: keep_alive < 0: never unloaded for being idle (ten years is never, for a server).
 KEEP_S = 10 * 365 * 86400.0
@@ -52,6 +59,43 @@ _NEUTRAL: dict[str, Any] = {
     "main_gpu": 0,
     "penalize_newline": False,
 }
+
+
+@dataclass(frozen=True)
+class OllamaRequestOptions:
+    """One request's `options` and `keep_alive`, as Juggler applies them."""
+
+    #: OpenAI sampling fields for the backend body (`num_predict` -> `max_tokens`, ...).
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    #: Load options the model must run with (`num_ctx` -> `ctx_size`, ...): a model that
+    #: runs with others is loaded again with these (`residency.ensure_options`).
+    load: Mapping[str, Any] = field(default_factory=dict)
+    #: keep_alive in seconds (negative: keep the model loaded); None when not given.
+    keep_alive_s: float | None = None
+
+    @classmethod
+    def read(
+        cls, options: dict[str, Any] | None, keep_alive: float | str | None
+    ) -> OllamaRequestOptions:
+        """Raises BadRequest naming an option Juggler cannot honour, or keep_alive."""
+        sampling, load = split_options(without_load_options(options))
+        keep = None if keep_alive is None else parse_keep_alive(keep_alive)
+        return cls(sampling, load, keep)
+
+    @property
+    def unloads(self) -> bool:
+        """keep_alive 0: the model is unloaded (at once, on a load-only request)."""
+        return self.keep_alive_s == 0
+
+    def residency(self) -> dict[str, Any]:
+        """keep_alive as the model's residency options once the request is done (none
+        when keep_alive was not given)."""
+        return {} if self.keep_alive_s is None else keep_alive_options(self.keep_alive_s)
+
+    def refuse_sampling(self, why: str) -> None:
+        """400 naming the first sampling option, where nothing samples (embeddings)."""
+        if self.sampling:
+            raise NotImplementedParam(f"options.{next(iter(self.sampling))}", why)
 
 
 # -- keep_alive --------------------------------------------------------------------------
@@ -103,6 +147,15 @@ def keep_alive_options(seconds: float) -> dict[str, Any]:
 
 
 # -- options ---------------------------------------------------------------------------------
+def without_load_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Ollama's `options` without Lemonade's load options: Lemonade's Ollama routes let a
+    client put them there too and forward only `num_ctx` (Ollama's name for `ctx_size`,
+    which keeps its own meaning) to the load; the rest stay out, as on an OpenAI body."""
+    if not options:
+        return options
+    return {k: v for k, v in options.items() if k not in LOAD_OPTIONS or k == "ctx_size"}
+
+
 def split_options(options: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Ollama `options` -> (OpenAI sampling fields, Juggler load options). Raises
     NotImplementedParam (400) for an option Juggler cannot honour."""

@@ -2,37 +2,40 @@
 default, or one JSON object with `stream: false`), `/api/embed` and the older
 `/api/embeddings`.
 
-A thin dialect: bodies and their meaning are `juggler.api.ollama` (`format` and
-`tools`: `juggler.api.ollama_chat`; embeddings' `truncate` and `dimensions`:
-`juggler.api.ollama_embed`, with their I/O in `juggler.router.ollama_embed`); residency
-goes through the manager (`residency.ensure_options` for `options` and `keep_alive`);
-inference through the proxy to the same backend routes the OpenAI API uses. The backend
-is always asked to stream (with usage), so the router times the answer itself
-(`ollama_answer`).
+A thin dialect: a body (`wire`) becomes the OpenAI body every backend speaks and one
+`OllamaRequestOptions` (`request`: its `options` and `keep_alive`, read once); the
+model's load options and keep_alive go through the manager (`residency`); inference
+through the proxy to the same backend routes the OpenAI API uses. The backend is always
+asked to stream (with usage), so the router times the answer itself (`answer`).
+Embeddings are `embed` (I/O) over `embed_rules` (Ollama's `truncate` and `dimensions`).
 An empty `messages`/`prompt` loads the model (with `keep_alive: 0`, unloads it).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from juggler.api import ollama as ol
-from juggler.api import ollama_embed as oe
-from juggler.api import ollama_options as oo
-from juggler.api import sse
-from juggler.errors import BadRequest, NotImplementedParam
+from juggler.errors import BadRequest
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, state_of
-from juggler.router.core.load_options import ollama_options
 from juggler.router.core.openapi import body_of
-from juggler.router.ollama_answer import OllamaAnswer, backend_error
-from juggler.router.ollama_embed import embed_texts
-from juggler.router.residency import (
+from juggler.router.core.relay import read_whole, translated
+from juggler.router.ollama import embed_rules as oe
+from juggler.router.ollama import wire as ol
+from juggler.router.ollama.answer import OllamaAnswer, backend_error
+from juggler.router.ollama.embed import embed_texts
+from juggler.router.ollama.options import OllamaRequestOptions
+from juggler.router.ollama.request import (
+    chat_request,
+    generate_request,
+    openai_body,
+    request_options,
+)
+from juggler.router.ollama.residency import (
     current_options,
     ensure_options,
     keep_alive_after,
@@ -40,26 +43,20 @@ from juggler.router.residency import (
 )
 
 router = APIRouter()
-NDJSON = "application/x-ndjson"
-
-
-def _keep(keep: Any) -> dict[str, Any]:
-    """keep_alive as options, applied once the request is done (Ollama: "how long the
-    model will stay loaded into memory following the request")."""
-    return {} if keep is None else oo.keep_alive_options(oo.parse_keep_alive(keep))
+CHAT_PATH = "/v1/chat/completions"
 
 
 async def _load_only(
-    state: RouterState, asked: str, model: str, load: dict[str, Any], keep: Any, chat: bool
+    state: RouterState, asked: str, model: str, options: OllamaRequestOptions, chat: bool
 ) -> dict[str, Any]:
     """Ollama: an empty prompt loads the model; with keep_alive 0 it unloads it."""
-    if keep is not None and oo.parse_keep_alive(keep) == 0:
+    if options.unloads:
         await unload_if_loaded(state, model)
         reason = "unload"
     else:
-        await ensure_options(state, model, load)
+        await ensure_options(state, model, options.load)
         await state.manager.load(model, current_options(state, model) or None)
-        await keep_alive_after(state, model, _keep(keep))
+        await keep_alive_after(state, model, options)
         reason = "load"
     out: dict[str, Any] = {"model": asked, "created_at": ol.now_iso()}
     if chat:
@@ -77,38 +74,21 @@ async def _generate(
     path: str,
     body: dict[str, Any],
     stream: bool,
-    keep: dict[str, Any],
+    options: OllamaRequestOptions,
 ) -> Response:
-    answer.from_chat = path == "/v1/chat/completions"
+    """Forward the OpenAI body; answer in Ollama's objects; then apply keep_alive (Ollama:
+    "how long the model will stay loaded into memory following the request")."""
+    answer.from_chat = path == CHAT_PATH
     response = await state.proxy.forward(model, path, body)
     answer.t_open = time.perf_counter()
     if not isinstance(response, StreamingResponse):
         raise backend_error(response)
-    chunks: Any = response.body_iterator
     if stream:
-        lines = _closing(answer.ndjson, chunks, lambda: keep_alive_after(state, model, keep))
-        return StreamingResponse(lines, media_type=NDJSON)
-    events = sse.read_data(chunks)
-    try:
-        whole = await answer.whole(events, request)
-    finally:
-        await events.aclose()
-        await chunks.aclose()  # the relay releases its lease and the backend response
-    await keep_alive_after(state, model, keep)
+        lines = translated(response, answer.ndjson, lambda: keep_alive_after(state, model, options))
+        return StreamingResponse(lines, media_type=ol.NDJSON)
+    whole = await read_whole(response, lambda events: answer.whole(events, request))
+    await keep_alive_after(state, model, options)
     return JSONResponse(whole)
-
-
-async def _closing(translate: Any, chunks: Any, after: Any) -> AsyncIterator[bytes]:
-    """`translate(events)`, closing the backend relay however the stream ends (done, or
-    the client went away), so its lease is released at once; then `after()`."""
-    events = sse.read_data(chunks)
-    try:
-        async for line in translate(events):
-            yield line
-    finally:
-        await events.aclose()
-        await chunks.aclose()
-    await after()
 
 
 @router.post("/api/chat", openapi_extra=body_of(ol.ChatBody))
@@ -117,16 +97,14 @@ async def chat(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, ol.ChatBody)
     model = state.registry.lookup(body.model).name
-    sampling, load = oo.split_options(ollama_options(body.options))
+    options = request_options(body)
     if not body.messages:
-        return await _load_only(state, body.model, model, load, body.keep_alive, chat=True)
-    base = ol.chat_request(body)
-    await ensure_options(state, model, load)
-    oa = ol.openai_body(model, base, sampling)
+        return await _load_only(state, body.model, model, options, chat=True)
+    base = chat_request(body)
+    await ensure_options(state, model, options.load)
+    oa = openai_body(model, base, options)
     answer = OllamaAnswer(body.model, True, t0)
-    keep = _keep(body.keep_alive)
-    path = "/v1/chat/completions"
-    return await _generate(request, state, answer, model, path, oa, body.stream, keep)
+    return await _generate(request, state, answer, model, CHAT_PATH, oa, body.stream, options)
 
 
 @router.post("/api/generate", openapi_extra=body_of(ol.GenerateBody))
@@ -135,15 +113,14 @@ async def generate(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, ol.GenerateBody)
     model = state.registry.lookup(body.model).name
-    path, base = ol.generate_request(body)
-    sampling, load = oo.split_options(ollama_options(body.options))
+    path, base = generate_request(body)
+    options = request_options(body)
     if not body.prompt and not body.system:
-        return await _load_only(state, body.model, model, load, body.keep_alive, chat=False)
-    await ensure_options(state, model, load)
-    oa = ol.openai_body(model, base, sampling)
+        return await _load_only(state, body.model, model, options, chat=False)
+    await ensure_options(state, model, options.load)
+    oa = openai_body(model, base, options)
     answer = OllamaAnswer(body.model, False, t0)
-    keep = _keep(body.keep_alive)
-    return await _generate(request, state, answer, model, path, oa, body.stream, keep)
+    return await _generate(request, state, answer, model, path, oa, body.stream, options)
 
 
 async def _embed(
@@ -153,16 +130,15 @@ async def _embed(
     body: ol.EmbedBody | ol.EmbeddingsBody,
     truncate: bool,
 ) -> tuple[list[list[float]], int]:
-    sampling, load = oo.split_options(ollama_options(body.options))
-    if sampling:
-        raise NotImplementedParam(f"options.{next(iter(sampling))}", "embeddings do not sample")
-    await ensure_options(state, model, load)
+    options = request_options(body)
+    options.refuse_sampling("embeddings do not sample")
+    await ensure_options(state, model, options.load)
     if not texts:
         await state.manager.load(model, current_options(state, model) or None)
-        await keep_alive_after(state, model, _keep(body.keep_alive))
+        await keep_alive_after(state, model, options)
         return [], 0
     vectors, n_tokens = await embed_texts(state, model, texts, truncate=truncate)
-    await keep_alive_after(state, model, _keep(body.keep_alive))
+    await keep_alive_after(state, model, options)
     return vectors, n_tokens
 
 
