@@ -1,9 +1,12 @@
-"""Build the router's FastAPI app: routes under /api/v1 and /v1, errors in OpenAI's shape.
+"""Build the router's FastAPI app: every face's routes (OpenAI's and Lemonade's under
+/api/v1 and /v1, Ollama's under /api, ...), the middleware, and which error shape each
+path answers in.
 
-The app owns one Manager (residency), one Proxy (HTTP client to backends) and the session
-table; they live on `app.state.juggler` for the app's lifetime. Every error, expected or
-not, leaves as JSON in OpenAI's shape with the request's id (`errors.render`); nothing
-answers in plain text.
+The app owns one Manager (residency), one Proxy (HTTP client to backends) and the
+router's state (`core/deps.RouterState`); they live on `app.state.juggler` for the app's
+lifetime. Every error, expected or not, leaves as JSON with the request's id: in OpenAI's
+shape (`errors.render`), or on Ollama's and Anthropic's routes in theirs
+(`ERROR_BODIES`); nothing answers in plain text.
 """
 
 from __future__ import annotations
