@@ -1,9 +1,9 @@
 """GET /api/v1/logs: the router's and each backend's recent log lines (the LogBook).
 
 Backend output may hold other users' prompts, so the route is guarded like /internal/*
-(AuthMiddleware, `security.admin_refusal`): the admin key when one is set, else loopback
-clients only (with the API key, as every route). Poll with `since` set to the `next` of the last answer to get
-only the lines that came after it.
+(AuthMiddleware, `core/security.admin_refusal`): the admin key when one is set, else
+loopback clients only (with the API key, as every route). Poll with `since` set to the
+`next` of the last answer to get only the lines that came after it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ global memory use were `x` (a fraction, e.g. 0.95). A `pct` at or above
 `auto_evict_threshold_pct` runs one pressure step, `-1` runs the idle timeouts now, any
 other value does nothing. Answers once downsizes are done and evictions have started.
 Like every /internal/* route it needs the admin key when one is set (else a loopback
-client; see `middleware`).
+client; see `core/middleware.py`).
 """
 
 from __future__ import annotations

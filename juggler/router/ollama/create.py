@@ -3,8 +3,8 @@
 
 create makes a model from an existing one (`from` a name: same file), a local GGUF
 (`from` a path: the security rules of registering a local file apply, see
-`security.check_registration`) or an uploaded blob (`files`); its `parameters` become the
-new model's saved load options (sampling parameters, system prompts and templates are
+`core/security.check_registration`) or an uploaded blob (`files`); its `parameters`
+become the new model's saved load options (sampling parameters, system prompts and templates are
 not kept: 400). Blobs are stored in the model cache under their SHA-256, checked on
 upload; an upload is not limited by `max_body_bytes` (it streams to disk) but by
 `max_upload_bytes` and the free space it must leave (`uploads.py`).

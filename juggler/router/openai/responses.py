@@ -2,7 +2,7 @@
 
 The backend keeps each stored response and the session that holds its conversation's
 KV (engine/http/response_store.py), so the router remembers which server (one load of
-one model) holds each response id, as it does for sessions (`session_table`). It picks
+one model) holds each response id, as it does for sessions (`core/tables.py`). It picks
 the id itself and gives it to the backend (`RESPONSE_ID_HEADER`), so it knows the id
 before the first byte comes back. Continuing (`previous_response_id`), retrieving and
 deleting go to that server and never load a model; if that server is gone, so is the
