@@ -120,7 +120,6 @@ def test_dry_run_resolves_without_saving_and_still_validates(client: TestClient)
         '{"ctx_size": -5}',
         '{"ctx_size": 0}',
         '{"ctx_size": 4096.5}',
-        '{"ctx_size": -1}',
         '{"auto_evict": "sometimes"}',
         '{"pinned": true}',
         '{"llamacpp_args": "--no-such-flag"}',
@@ -132,8 +131,7 @@ def test_dry_run_resolves_without_saving_and_still_validates(client: TestClient)
 def test_bad_options_are_400s_and_nothing_is_saved(client: TestClient, body: str) -> None:
     """lemonade.md: "A `400` reports an unrecognized option name, an option from a
     different recipe, a value of the wrong type, or an invalid `ctx_size`, and nothing
-    from that request is saved"; "`pinned` is not settable here". Juggler sizes no
-    context by itself, so `-1` (automatic) is refused as well."""
+    from that request is saved"; "`pinned` is not settable here"."""
     client.post(options_url(), json={"ctx_size": 1024})
     r = client.post(options_url(), content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 400, r.text
@@ -286,3 +284,14 @@ def test_deleting_an_unknown_model_is_422(client: TestClient) -> None:
     assert r.status_code == 422 and r.json()["error"]["param"] == "model_name"
     # Ollama's delete keeps Ollama's 404.
     assert client.request("DELETE", "/api/delete", json={"model": "NonExistent"}).status_code == 404
+
+
+def test_an_automatic_context_is_saved_and_resolved_from_the_model(client: TestClient) -> None:
+    """lemonade.md: `resolved_ctx_size` is "the effective `ctx_size`, or the automatically
+    computed size when that is `-1`": SmolLM2 was trained for 8,192 tokens, which fit."""
+    r = client.post(options_url(), json={"ctx_size": -1})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["saved"]["ctx_size"] == -1 and body["effective"]["ctx_size"] == -1
+    assert body["resolved_ctx_size"] == 8192
+    assert client.get(options_url()).json()["resolved_ctx_size"] == 8192

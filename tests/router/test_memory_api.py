@@ -162,7 +162,7 @@ def test_settings_take_effect_at_once_and_pins_survive_a_restart(tmp_path: Path)
 def test_churn_during_downsizing_fails_no_request_and_leaks_no_process(
     server: RunningServer,
 ) -> None:
-    opts = {"auto_evict": True, "downsize_idle_timeout": 0.3, "evict_idle_timeout": 3600}
+    opts = {"auto_evict": True, "downsize_idle_timeout": 0, "evict_idle_timeout": 3600}
     failures: list[str] = []
     pids: set[int] = set()
     stop = threading.Event()

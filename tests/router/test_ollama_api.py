@@ -58,6 +58,9 @@ def test_keep_alive_maps_onto_idle_eviction() -> None:
         "downsize_idle_timeout": 0.0,
     }
     assert oo.keep_alive_options(600)["evict_idle_timeout"] == 600
+    # The idle timeouts are whole seconds (Lemonade's): a fraction rounds up, never to 0.
+    assert oo.keep_alive_options(1.5)["evict_idle_timeout"] == 2
+    assert oo.keep_alive_options(0.2)["downsize_idle_timeout"] == 1
     keep = oo.keep_alive_options(-1)
     assert keep["auto_evict"] is False and keep["evict_idle_timeout"] >= 10 * 365 * 86400
 

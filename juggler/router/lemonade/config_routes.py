@@ -70,6 +70,7 @@ NEXT_LOAD = frozenset(
         "evict_idle_timeout",
         "evict_weight_factor",
         "compute_weight",
+        "merge_args",
     }
 )
 

@@ -17,8 +17,8 @@ option name, ... a value of the wrong type, or an invalid `ctx_size`, and nothin
 that request is saved"; "Saving never loads or reloads the model". `pinned` "is not
 settable here and is omitted from `effective` and `defaults`". `DELETE` erases the entry.
 
-Juggler sizes no context automatically, so Lemonade's `ctx_size: -1` is refused (400)
-like any other value Juggler cannot honour.
+`ctx_size: -1` is Lemonade's automatic size: `resolved_ctx_size` says what it comes to
+for this model now (`manager.auto_ctx`: the trained context, capped by what fits).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, StrictBool, StrictStr, ValidationError, create_model
 
-from juggler.config import Settings
 from juggler.errors import BadRequest
 from juggler.options import LoadOverrides, ModelOptions, bad_request_from
 from juggler.router.core.bodies import read_json
@@ -61,11 +60,6 @@ def checked_changes(body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
         raise BadRequest(
             "pinned is not a saved option: use /api/v1/load or /internal/pin", param="pinned"
         )
-    if changes.get("ctx_size") == -1:
-        raise BadRequest(
-            "ctx_size -1 (automatic sizing) is not supported: Juggler needs a size",
-            param="ctx_size",
-        )
     given = {k: v for k, v in changes.items() if v is not None}
     try:
         LoadOverrides.model_validate(given, strict=True)
@@ -85,19 +79,26 @@ def merged(saved: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-def view(
-    model_id: str, recipe: str, saved: Mapping[str, Any], shown: Mapping[str, Any], s: Settings
+async def view(
+    state: RouterState,
+    model_id: str,
+    recipe: str,
+    saved: Mapping[str, Any],
+    shown: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The three layers as Lemonade answers them. `saved` is what is stored, `shown` what
-    `effective` resolves (the same, except for a dry run)."""
-    effective = _load_body(model_id, s.model_options(dict(shown) or None))
+    `effective` resolves (the same, except for a dry run). `resolved_ctx_size` is the
+    size a load now would use (an automatic `-1` sized from the model's header)."""
+    s = state.settings
+    options = s.model_options(None, saved=dict(shown))
+    effective = _load_body(model_id, options)
     return {
         "model_name": model_id,
         "recipe": recipe,
         "saved": dict(saved),
         "effective": effective,
         "defaults": _load_body(model_id, s.model_options(None)),
-        "resolved_ctx_size": effective["ctx_size"],
+        "resolved_ctx_size": await state.manager.resolved_ctx_size(model_id, options),
     }
 
 
@@ -116,7 +117,7 @@ async def get_options(model_id: str, request: Request) -> dict[str, Any]:
     state = state_of(request)
     name, recipe = _model(state, model_id)
     saved = state.pins.saved_options(name)
-    return view(model_id, recipe, saved, saved, state.settings)
+    return await view(state, model_id, recipe, saved, saved)
 
 
 @router.post("/models/{model_id:path}/options", openapi_extra=body_of(OptionsRequest))
@@ -126,7 +127,7 @@ async def set_options(model_id: str, request: Request) -> dict[str, Any]:
     changes, dry_run = checked_changes(await read_json(request))
     saved = state.pins.saved_options(name)
     after = merged(saved, changes)
-    answer = view(model_id, recipe, saved, after, state.settings)  # 400 before any save
+    answer = await view(state, model_id, recipe, saved, after)  # 400 before any save
     if dry_run:
         return answer
     state.pins.save_options(name, after)
@@ -138,4 +139,4 @@ async def reset_options(model_id: str, request: Request) -> dict[str, Any]:
     state = state_of(request)
     name, recipe = _model(state, model_id)
     state.pins.save_options(name, {})
-    return view(model_id, recipe, {}, {}, state.settings)
+    return await view(state, model_id, recipe, {}, {})

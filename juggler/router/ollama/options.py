@@ -28,7 +28,7 @@ from juggler.errors import BadRequest, NotImplementedParam
 from juggler.router.core.load_options import LOAD_OPTIONS
 
 #: keep_alive < 0: never unloaded for being idle (ten years is never, for a server).
-KEEP_S = 10 * 365 * 86400.0
+KEEP_S = 10 * 365 * 86400
 
 _SAMPLING = {
     "num_predict": "max_tokens",
@@ -139,10 +139,11 @@ def keep_alive_options(seconds: float) -> dict[str, Any]:
     """keep_alive as per-model residency options (seed 002's idle eviction)."""
     if seconds < 0:
         return {"auto_evict": False, "evict_idle_timeout": KEEP_S, "downsize_idle_timeout": KEEP_S}
+    whole = math.ceil(seconds)  # the idle timeouts are whole seconds (Lemonade's)
     return {
         "auto_evict": True,
-        "evict_idle_timeout": seconds,
-        "downsize_idle_timeout": min(seconds, 60.0),
+        "evict_idle_timeout": whole,
+        "downsize_idle_timeout": min(whole, 60),
     }
 
 

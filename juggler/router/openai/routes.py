@@ -64,9 +64,10 @@ def context_length(state: RouterState, info: ModelInfo, loaded: Mapping[str, int
         return None
     try:
         saved = state.pins.saved_options(info.name)
-        return state.settings.model_options(saved or None).ctx_size
+        size = state.settings.model_options(None, saved=saved).ctx_size
     except BadRequest:  # saved options a load would refuse: no size to tell
         return None
+    return size if size > 0 else None  # an automatic size is known once loaded
 
 
 def _entry(
