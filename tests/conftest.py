@@ -131,3 +131,13 @@ def backend_headers(pid: int) -> dict[str, str]:
         if name.decode() == ENV:
             return {HEADER: value.decode()}
     raise AssertionError(f"backend {pid} has no {ENV}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """llama-cpp-python opens /dev/null twice when imported and never closes it: close
+    those at the end, so the interpreter's exit prints no ResourceWarning about them."""
+    utils = sys.modules.get("llama_cpp._utils")
+    for name in ("outnull_file", "errnull_file"):
+        f = getattr(utils, name, None)
+        if f is not None and not f.closed:
+            f.close()
