@@ -147,6 +147,26 @@ def _quantifier(b: _Builder, text: str, i: int) -> int | None:
     return None
 
 
+def _structure(b: _Builder, text: str, i: int) -> int | None:
+    """Groups, alternatives and character classes, alike in both notations: the index
+    after the one at text[i], or None when it is none of them."""
+    c = text[i]
+    if c == "(":
+        b.open(i)
+        return i + 1
+    if c == ")":
+        b.close(text[: i + 1])
+        return i + 1
+    if c == "|":
+        b.bar()
+        return i + 1
+    if c == "[":
+        end = _skip_class(text, i)
+        b.atom(_Node("lit", text=text[i:end]))
+        return end
+    return None
+
+
 def _regex(pattern: str) -> _Builder:
     b = _Builder()
     i, n = 0, len(pattern)
@@ -157,23 +177,12 @@ def _regex(pattern: str) -> _Builder:
             if i < n and pattern[i] in "?+":  # lazy / possessive
                 i += 1
             continue
-        if c == "(":
-            b.open(i)
-            i += 1
-            if pattern.startswith("?:", i):
+        if (after := _structure(b, pattern, i)) is not None:
+            i = after
+            if c == "(" and pattern.startswith("?:", i):
                 i += 2
-        elif c == ")":
-            i += 1
-            b.close(pattern[:i])
-        elif c == "|":
-            b.bar()
-            i += 1
         elif c in "^$":
             i += 1
-        elif c == "[":
-            end = _skip_class(pattern, i)
-            b.atom(_Node("lit", text=pattern[i:end]))
-            i = end
         else:
             end = i + (2 if c == "\\" else 1)
             b.atom(_Node("lit", text=pattern[i:end]))
@@ -232,10 +241,8 @@ def _gbnf_rules(grammar: str) -> tuple[dict[str, _Node], list[_Node]]:
                 j += 2 if grammar[j] == "\\" else 1
             b.atom(_Node("lit", empty=j == i + 1, text=grammar[i : j + 1]))
             i = j + 1
-        elif c == "[":
-            end = _skip_class(grammar, i)
-            b.atom(_Node("lit", text=grammar[i:end]))
-            i = end
+        elif (after := _structure(b, grammar, i)) is not None:
+            i = after
         elif c.isalnum() or c in "-_":
             j = i
             while j < n and (grammar[j].isalnum() or grammar[j] in "-_"):
@@ -251,15 +258,6 @@ def _gbnf_rules(grammar: str) -> tuple[dict[str, _Node], list[_Node]]:
             else:
                 b.atom(_Node("ref", name=word, text=word))
                 i = j
-        elif c == "(":
-            b.open(i)
-            i += 1
-        elif c == ")":
-            i += 1
-            b.close(grammar[:i])
-        elif c == "|":
-            b.bar()
-            i += 1
         elif (after := _quantifier(b, grammar, i)) is not None:
             i = after
         else:
