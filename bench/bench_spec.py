@@ -1,27 +1,26 @@
-"""Speculative decoding on grounded work (issue 16): Juggler with and without prompt-lookup
-drafts, and llama.cpp's own server plain and with its n-gram speculation.
+"""Speculative decoding on grounded work (issues 16 and 23): Juggler with and without
+prompt-lookup drafts, and llama.cpp's own server plain and with its n-gram speculation.
 
     bench/build_llamacpp.sh            # once: llama-server from the same llama.cpp
     .venv/bin/python bench/bench_spec.py [--rounds 3] [--levels 1,8] [--tokens 160]
-        [--workloads quote,code,story] [--llama-spec ngram-simple,ngram-map-k]
+        [--workloads quote,records,json,table,code,story] [--llama-spec ngram-mod,ngram-map-k]
 
-Workloads (chat, greedy, `--tokens` new tokens a request):
-  quote  a ~1,500-token document of twelve paragraphs; "quote the paragraph about X"
-  code   a ~1,200-token Python file (this repository's schedule/batch.py); "rewrite it
-         with one function renamed, whole file"
-  story  "write a story about X": open-ended, the control (drafts rarely match)
-At N streams each stream asks its own variant (another paragraph, another name).
+Workloads (chat, greedy, `--tokens` new tokens a request): see `spec_workloads.py`.
+Grounded ones copy from their prompt (a paragraph, a record, a JSON object, table rows,
+a file with one name changed); `story` is open-ended, the control. At N streams each
+stream asks its own variant (another paragraph, another record, another name).
 
 Servers, all started once and measured in interleaved order every round; every burst
 runs twice and only the second counts, so each server has the prompts cached and the
 figure is generation, not prefill (the servers' prompt caches are equally good):
   juggler      the backend (`python -m juggler.engine`), requests with speculative=false
-  juggler+spec the same backend, requests with speculative=true
+  juggler+spec the same backend, requests with speculative=true (the default)
   llama        llama-server -np 8 -kvu, no speculation
   llama+<type> llama-server with `--spec-type <type>` for each `--llama-spec` type
 Each figure is generated tokens over the burst's wall time. Printed: every round, the
-median tokens/s, and the medians of per-round ratios that issue 16's goals name.
-Never part of the tests.
+median tokens/s, and the medians of per-round ratios that issue 23's goals name
+(Juggler with speculation against llama-server's best configuration, Juggler without it
+against llama-server plain). Never part of the tests.
 """
 
 from __future__ import annotations
@@ -37,48 +36,10 @@ from typing import Any
 
 import httpx
 from bench_engine import BIN, Server, free_port, settle, smol_path, start, wait_ready
+from spec_workloads import GROUNDED, WORKLOADS, messages
 
 ROOT = Path(__file__).resolve().parent.parent
 CTX = 16384
-TOPICS = [
-    "harbor", "orchard", "glassworks", "observatory", "mill", "library",
-    "bridge", "market", "foundry", "vineyard", "archive", "lighthouse",
-]  # fmt: skip
-NAMES = ["plan_batch", "build_plan", "make_plan", "assemble", "fill_plan", "compose",
-         "arrange", "lay_out"]  # fmt: skip
-ANIMALS = ["dragon", "otter", "fox", "owl", "whale", "badger", "heron", "lynx"]
-
-
-def paragraph(i: int, topic: str) -> str:
-    return (
-        f"The {topic} of Varenholm was built in the year {1400 + 37 * i} by a guild of "
-        f"{12 + i} families. Every spring the keepers of the {topic} counted the stores, "
-        f"mended the roofs and wrote the numbers into a ledger bound in green leather. "
-        f"Travellers said the {topic} smelled of cedar and rain, and that its bell rang "
-        f"{3 + i % 4} times at noon. When the river flooded in {1500 + 11 * i}, the {topic} "
-        f"sheltered {40 + 9 * i} people for {2 + i % 5} weeks, and the guild still tells "
-        f"that story each autumn."
-    )
-
-
-DOCUMENT = "\n\n".join(paragraph(i, t) for i, t in enumerate(TOPICS))
-CODE = (ROOT / "juggler" / "engine" / "schedule" / "batch.py").read_text()[:4800]
-
-
-def messages(workload: str, i: int) -> list[dict[str, str]]:
-    if workload == "quote":
-        topic = TOPICS[i % len(TOPICS)]
-        ask = f"Quote, word for word, the paragraph about the {topic}."
-        return [
-            {"role": "system", "content": "Answer from the document. Quote exactly."},
-            {"role": "user", "content": f"{DOCUMENT}\n\n{ask}"},
-        ]
-    if workload == "code":
-        name = NAMES[i % len(NAMES)]
-        ask = f"Rewrite this file with the function `schedule` renamed to `{name}`. Output the whole file."
-        return [{"role": "user", "content": f"{ask}\n\n```python\n{CODE}\n```"}]
-    animal = ANIMALS[i % len(ANIMALS)]
-    return [{"role": "user", "content": f"Write a long story about a {animal} and a river."}]
 
 
 def start_backend() -> Server:
@@ -149,8 +110,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--levels", default="1,8")
     p.add_argument("--tokens", type=int, default=160)
-    p.add_argument("--workloads", default="quote,code,story")
-    p.add_argument("--llama-spec", default="ngram-map-k")
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--llama-spec", default="ngram-mod")
     args = p.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     workloads = args.workloads.split(",")
@@ -204,15 +165,17 @@ def report(
         for n in levels:
             cells = [f"{name} {statistics.median(results[(w, n, name)]):6.1f}" for name in names]
             print(f"  {w:5s} x{n}: " + "  ".join(cells))
-    llama_specs = [x for x in names if x.startswith("llama+")]
+    # llama-server's best configuration, plain included (on open-ended text plain may win).
+    llamas = [x for x in names if x == "llama" or x.startswith("llama+")]
     print("\nmedian of per-round ratios:")
     for w in workloads:
         for n in levels:
-            parts = [f"spec/no-spec {ratio(w, n, 'juggler+spec', 'juggler'):.2f}x"]
+            kind = "grounded" if w in GROUNDED else "open"
+            parts = [f"{kind:8s} spec/no-spec {ratio(w, n, 'juggler+spec', 'juggler'):.2f}x"]
             if "llama" in names:
                 parts.append(f"no-spec/llama {ratio(w, n, 'juggler', 'llama'):.2f}x")
-            if llama_specs:
-                best = max(llama_specs, key=lambda x: statistics.median(results[(w, n, x)]))
+            if llamas:
+                best = max(llamas, key=lambda x: statistics.median(results[(w, n, x)]))
                 parts.append(f"spec/{best} (best) {ratio(w, n, 'juggler+spec', best):.2f}x")
             print(f"  {w:5s} x{n}: " + "   ".join(parts))
 

@@ -307,9 +307,9 @@ class EngineFlags(BaseModel):
         "overrides it); greedy and sampled output are the same either way.",
     )
     spec_draft_max: int = Field(
-        8,
+        64,
         ge=1,
-        le=64,
+        le=128,
         description="Most draft tokens one sequence verifies in one decode.",
         json_schema_extra=_unit("tokens"),
     )

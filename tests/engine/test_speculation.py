@@ -16,12 +16,12 @@ from collections.abc import Awaitable, Callable
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.batch import Chunk, SeqWork, schedule
 from juggler.engine.schedule.drafts import (
-    PRIOR_ACCEPT,
-    Acceptance,
+    PRIOR_HAZARD,
     DecodeCost,
     NgramIndex,
-    draft_length,
-    expected_tokens,
+    Survival,
+    best_length,
+    match_class,
 )
 from juggler.engine.schedule.messages import Complete, RequestDone
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
@@ -66,15 +66,39 @@ def test_templated_paragraphs_draft_from_the_one_being_quoted() -> None:
     assert idx.draft(2) == ([303, 15], 10)
 
 
-def test_acceptance_counts_kept_tokens_and_the_first_refused_one() -> None:
-    a = Acceptance()
-    assert a.rate == PRIOR_ACCEPT
+def test_a_copy_that_runs_into_the_end_goes_on_around_it() -> None:
+    """Issue 23: text caught in a loop is drafted as far as the loop goes, as llama.cpp's
+    ngram-mod does by chaining its lookups."""
+    idx = NgramIndex([9, 1, 2, 3, 4, 1, 2, 3])
+    assert idx.draft(9) == ([4, 1, 2, 3, 4, 1, 2, 3, 4], 3)
+    assert idx.follow(1, 3) == [1, 2, 3] and idx.follow(5, 7) == [1, 2, 3, 1, 2, 3, 1]
+
+
+def test_survival_counts_each_position_seen_and_the_first_refused_one() -> None:
+    s = Survival()
+    cls = match_class(20)
+    assert s.hazard(cls, 0) == PRIOR_HAZARD[cls]
+    for _ in range(40):
+        s.update(cls, 32, 32)  # kept to the end: 32 positions seen, none refused
+    assert all(s.hazard(cls, b) < 0.03 for b in range(6))
+    for _ in range(40):
+        s.update(cls, 8, 2)  # positions 1-3 seen, 3 refused, 4-8 unobserved
+    assert s.hazard(cls, 0) < 0.05 and s.hazard(cls, 1) < 0.05 and s.hazard(cls, 2) > 0.3
+    assert s.hazard(cls, 4) < 0.05  # what was last seen at 9-16 still stands
+    kept = s.kept(cls, [1, 2, 4, 8])
+    assert kept == sorted(kept) and kept[0] > 0.95 and kept[-1] < 4
+
+
+def test_a_sequence_starts_from_its_workers_estimate_and_moves_to_its_own() -> None:
+    worker = Survival()
     for _ in range(30):
-        a.update(4, 4)
-    assert a.rate > 0.97
+        worker.update(0, 4, 0)  # short matches never kept on this worker
+    seq = Survival(worker)
+    assert seq.hazard(0, 0) > 0.8
     for _ in range(30):
-        a.update(4, 1)  # one kept, one refused, two unobserved
-    assert 0.45 < a.rate < 0.55
+        seq.update(0, 4, 4)  # ... but this sequence's are
+    assert seq.hazard(0, 0) < 0.2
+    assert worker.hazard(0, 0) < 0.5  # the worker learned it too
 
 
 def test_propose_drafts_from_the_token_lists_within_its_room() -> None:
@@ -91,29 +115,51 @@ def test_propose_drafts_from_the_token_lists_within_its_room() -> None:
     assert Speculation(max_len=8).propose([5, 9, 7], [3], 100, DecodeCost(), num_seqs=1) == []
 
 
-def test_drafts_are_only_as_long_as_they_pay() -> None:
-    """2 cores, SmolLM2: a decode costs about 6 ms plus 5.5 ms a row."""
-    one = dict(fixed_s=0.006, per_row_s=0.0055, num_seqs=1)
-    assert draft_length(0.3, 8, **one) == 0  # rarely right: never worth a row
-    assert 0 < draft_length(0.75, 8, **one) < draft_length(0.95, 8, **one)
-    assert draft_length(1.0, 8, **one) == 8
-    # Eight streams share the fixed cost: a draft row costs nearly a whole token there.
-    eight = {**one, "num_seqs": 8}
-    assert draft_length(0.75, 8, **eight) == 0
-    assert draft_length(0.99, 8, **eight) >= 1
-    # Where a decode is mostly fixed cost (a GPU), drafts pay much sooner.
-    gpu = dict(fixed_s=0.010, per_row_s=0.0002, num_seqs=8)
-    assert draft_length(0.6, 8, **gpu) >= 3
-    assert expected_tokens(1.0, 3) == 4 and abs(expected_tokens(0.5, 1) - 1.5) < 1e-9
-
-
-def test_decode_cost_learns_fixed_and_per_row_time() -> None:
+def cost_of(fixed: float, per_row: float) -> DecodeCost:
     cost = DecodeCost()
-    for _ in range(200):
-        for rows in (1, 4, 8):
-            cost.update(rows, 0.002 + 0.001 * rows)
-    fixed, per_row = cost.fit()
-    assert abs(fixed - 0.002) < 2e-4 and abs(per_row - 0.001) < 1e-4
+    for rows in (1, 2, 4, 8, 16, 32, 64, 128):
+        cost.update(rows, fixed + per_row * rows)
+    return cost
+
+
+def test_drafts_are_only_as_long_as_they_pay() -> None:
+    """2 cores, SmolLM2: a decode costs about 6 ms plus 5.5 ms a row, linear."""
+    cpu = cost_of(0.006, 0.0055)
+    lengths = [1, 2, 4, 8, 16, 32, 64]
+
+    def steady(p: float) -> list[float]:  # kept token by token with chance p
+        return [sum(p**j for j in range(1, k + 1)) for k in lengths]
+
+    one = dict(rows=1, num_seqs=1)
+    assert best_length(steady(0.3), lengths, cpu, **one) == 0  # rarely right: never a row
+    assert best_length(steady(0.75), lengths, cpu, **one) > 0
+    assert best_length(steady(0.75), lengths, cpu, **one) < best_length(
+        steady(0.97), lengths, cpu, **one
+    )
+    assert best_length(steady(1.0), lengths, cpu, **one) == 64
+    # Eight streams share the fixed cost: a draft row costs nearly a whole token there.
+    assert best_length(steady(0.75), lengths, cpu, rows=8, num_seqs=8) == 0
+    assert best_length(steady(0.99), lengths, cpu, rows=8, num_seqs=8) >= 1
+    # Where a decode is mostly fixed cost (a GPU), drafts pay much sooner.
+    gpu = cost_of(0.010, 0.0002)
+    assert best_length(steady(0.6), lengths, gpu, rows=8, num_seqs=8) >= 4
+
+
+def test_decode_cost_is_learned_per_row_count_and_read_between() -> None:
+    """Issue 23: the time of a decode is not linear in its rows on a CPU; the cost is kept
+    per bucket of rows as measured, and guessed optimistically past the largest."""
+    cost = DecodeCost()
+    measured = {1: 0.010, 2: 0.012, 4: 0.016, 8: 0.024, 16: 0.040, 32: 0.060}
+    for _ in range(30):
+        for rows, t in measured.items():
+            cost.update(rows, t)
+    for rows, t in measured.items():
+        assert abs(cost.seconds(rows) - t) < 1e-6
+    assert abs(cost.seconds(24) - 0.050) < 1e-6  # between 16 and 32
+    # Past 32: half the last slope (1.25 ms a row), so a 64-row decode is tried once.
+    assert abs(cost.seconds(64) - (0.060 + 0.5 * 0.00125 * 32)) < 1e-6
+    cost.update(64, 0.200)  # ... and then known
+    assert abs(cost.seconds(64) - 0.200) < 1e-6
 
 
 def test_drafts_get_logit_rows_only_in_room_the_decoders_leave() -> None:

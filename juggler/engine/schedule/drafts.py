@@ -25,8 +25,8 @@ rarely right, does not pay for rows the model throws away.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from juggler.engine.cache.prefix_cache import common_prefix_len
 
@@ -36,15 +36,19 @@ MIN_MATCH = 3
 MAX_MATCH = 64
 #: Earlier occurrences of the last `MIN_MATCH` tokens compared, most recent first.
 MAX_CANDIDATES = 256
-#: Matches are told apart by length for the acceptance estimate: shorter than the first
-#: bound, shorter than the second, and the rest (a long match is more often right).
-MATCH_CLASSES = (6, 16)
-#: A draft token is kept with this probability until a sequence has shown its own.
-PRIOR_ACCEPT = 0.75
-#: Weight of the prior, in draft tokens.
+#: Matches are told apart by length for the acceptance estimate: a match reaching far
+#: back is a copy in progress and far more often right than a short one.
+MATCH_CLASSES = (6, 16, 40)
+#: A draft token's chance of being refused (after every one before it was kept) until
+#: drafts of its class have been seen, for each class of `MATCH_CLASSES`.
+PRIOR_HAZARD = (0.35, 0.2, 0.1, 0.05)
+#: Weight of that prior, in draft tokens seen at one position bucket.
 PRIOR_WEIGHT = 4.0
-#: Older observations fade by this factor per verified draft.
-DECAY = 0.9
+#: Older observations fade by this factor per verified draft of their class.
+DECAY = 0.95
+#: Draft lengths weighed (besides all the match has, when shorter): the cost of a decode
+#: is only known at the row counts decoded, so a few lengths are enough.
+LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 #: While drafts do not pay, a one-token draft is still tried this often (sampled tokens),
 #: so that a sequence that starts to quote is noticed.
 PROBE_EVERY = 16
@@ -60,10 +64,13 @@ class NgramIndex:
     all end in "return out". The most recent "in the year" is usually the wrong
     paragraph; the one whose match reaches back to "The harbor of Varenholm" is the one
     being quoted. Where two occurrences match equally far back and then go different
-    ways, only what they agree on is drafted. `extend` is O(1) per token; `draft`
-    compares at most `MAX_CANDIDATES` occurrences back to `MAX_MATCH` tokens each, and in
-    practice stops within a few tokens for all but the right one. The last tokens never
-    match themselves."""
+    ways, only what they agree on is drafted. A continuation that runs into the current
+    end of the sequence goes on around it, as an overlapping copy does: text caught in a
+    loop (a list that repeats its last item, a model repeating itself) is drafted as far
+    as the loop goes on. `extend` is O(1) per token; `draft` compares at most
+    `MAX_CANDIDATES` occurrences back to `MAX_MATCH` tokens each, and in practice stops
+    within a few tokens for all but the right one. The last tokens never match
+    themselves."""
 
     def __init__(self, tokens: Iterable[int] = ()) -> None:
         self.tokens: list[int] = []
@@ -81,6 +88,15 @@ class NgramIndex:
                 at.setdefault(tuple(toks[end - MIN_MATCH : end]), []).append(end)
             toks.append(t)
 
+    def follow(self, at: int, length: int) -> list[int]:
+        """The `length` tokens from position `at` on, going on past the end as a copy of
+        what it overlaps (`at` < len)."""
+        out = self.tokens[at : at + length]
+        period = len(self.tokens) - at
+        while len(out) < length:
+            out.extend(out[len(out) - period : len(out) - period + length - len(out)])
+        return out
+
     def draft(self, max_len: int) -> tuple[list[int], int]:
         """Up to `max_len` tokens that followed the earlier occurrence of the current
         suffix that matches furthest back, and how far it matches (at most `MAX_MATCH`);
@@ -92,7 +108,8 @@ class NgramIndex:
         found = self._at.get(tuple(toks[n - MIN_MATCH :]))
         if not found:
             return [], 0
-        best_at, best_len, agreed = found[-1], 0, max_len
+        best_at, best_len = found[-1], 0
+        tied: list[int] = []
         for at in reversed(found[-MAX_CANDIDATES:]):
             # toks[at - k] against toks[n - k] for k = MIN_MATCH + 1, ...
             limit = min(MAX_MATCH, at)
@@ -100,89 +117,185 @@ class NgramIndex:
             while k < limit and toks[at - k - 1] == toks[n - k - 1]:
                 k += 1
             if k > best_len:
-                best_at, best_len, agreed = at, k, max_len
+                best_at, best_len = at, k
+                tied = []
             elif k == best_len:
-                # Two places match equally far back: draft only what both continue with.
-                agreed = common_prefix_len(toks[at : at + agreed], toks[best_at : best_at + agreed])
-        if agreed == 0:
-            return [], 0
-        return toks[best_at : best_at + agreed], best_len
+                tied.append(at)
+        draft = self.follow(best_at, max_len)
+        for at in tied:
+            # Two places match equally far back: draft only what both continue with.
+            draft = draft[: common_prefix_len(draft, self.follow(at, len(draft)))]
+            if not draft:
+                return [], 0
+        return draft, best_len
 
 
-@dataclass
-class Acceptance:
-    """How likely one sequence's next draft token is to be kept (a decaying count)."""
+def match_class(match: int) -> int:
+    """The class of a match `match` tokens long (an index into `PRIOR_HAZARD`)."""
+    return bisect.bisect_right(MATCH_CLASSES, match)
 
-    kept: float = PRIOR_ACCEPT * PRIOR_WEIGHT
-    seen: float = PRIOR_WEIGHT
 
-    @property
-    def rate(self) -> float:
-        return self.kept / self.seen
+def _bucket(position: int) -> int:
+    """The bucket of draft position `position` (1, 2, 3-4, 5-8, 9-16, ...)."""
+    return (position - 1).bit_length()
 
-    def update(self, drafted: int, accepted: int) -> None:
-        """A draft of `drafted` tokens had its first `accepted` kept: that many tokens were
-        kept and, unless all were, one was refused (those after it say nothing)."""
+
+#: Draft positions are told apart up to the longest length weighed.
+NUM_BUCKETS = _bucket(LENGTHS[-1]) + 1
+#: The bucket of each draft position (index 0 unused).
+_BUCKET_OF = [0] + [_bucket(p) for p in range(1, LENGTHS[-1] + 1)]
+
+
+class Survival:
+    """How far drafts are kept, by class of match length (`match_class`) and draft
+    position: for each, the chance a draft token is refused when every token before it
+    was kept (a hazard), from decaying counts.
+
+    Drafts are not kept token by token at a steady rate: a draft from the wrong record
+    fails at its first value, one from the paragraph being quoted is kept to its end. So
+    the hazard is counted per position bucket (1, 2, 3-4, 5-8, ...): once a draft has
+    survived eight tokens it is far more likely to survive thirty-two than a fixed rate
+    would say, and the long drafts that pay on copying are chosen for it.
+
+    `prior(cls, bucket)` stands in for what this estimate has not seen, `PRIOR_WEIGHT`
+    tokens' worth: a fixed prior for the worker-wide estimate, the worker's estimate for
+    one sequence's (so a sequence starts from what the worker has learned and moves
+    towards its own drafts)."""
+
+    def __init__(self, parent: Survival | None = None) -> None:
+        self.parent = parent
+        self.refused = [[0.0] * NUM_BUCKETS for _ in PRIOR_HAZARD]
+        self.seen = [[0.0] * NUM_BUCKETS for _ in PRIOR_HAZARD]
+
+    def hazard(self, cls: int, bucket: int) -> float:
+        prior = self.parent.hazard(cls, bucket) if self.parent else PRIOR_HAZARD[cls]
+        seen = self.seen[cls][bucket]
+        return (self.refused[cls][bucket] + PRIOR_WEIGHT * prior) / (seen + PRIOR_WEIGHT)
+
+    def update(self, cls: int, drafted: int, accepted: int) -> None:
+        """A draft of class `cls` and `drafted` tokens had its first `accepted` kept: each
+        position up to the first refused one was seen, that one refused (the positions
+        after it say nothing)."""
         if drafted <= 0:
             return
-        seen = accepted + (1 if accepted < drafted else 0)
-        self.kept = self.kept * DECAY + accepted
-        self.seen = self.seen * DECAY + seen
+        if self.parent is not None:
+            self.parent.update(cls, drafted, accepted)
+        refused, seen = self.refused[cls], self.seen[cls]
+        for b in range(NUM_BUCKETS):
+            refused[b] *= DECAY
+            seen[b] *= DECAY
+        last = min(drafted, accepted + 1)  # positions 1..last were seen
+        for b in range(_bucket(last) + 1):
+            lo, hi = (1, 1) if b == 0 else (2 ** (b - 1) + 1, 2**b)
+            seen[b] += max(0, min(hi, last) - lo + 1)
+        if accepted < drafted:
+            refused[_bucket(accepted + 1)] += 1.0
 
-
-def expected_tokens(p: float, k: int) -> float:
-    """Tokens a decode yields with a k-token draft kept token by token with chance p."""
-    if p >= 1.0:
-        return float(k + 1)
-    return (1.0 - p ** (k + 1)) / (1.0 - p)
-
-
-def draft_length(p: float, max_len: int, *, fixed_s: float, per_row_s: float, num_seqs: int) -> int:
-    """The draft length with the largest expected saving for one of `num_seqs` sequences
-    decoded together, or 0 when no length saves time.
-
-    A draft of k rows adds `k * per_row_s` to the decode and yields E(k) - 1 extra
-    tokens, each of which would otherwise take its own later decode slot: this
-    sequence's share of the fixed cost plus its row."""
-    if max_len <= 0 or per_row_s <= 0.0:
-        return 0
-    slot = fixed_s / max(1, num_seqs) + per_row_s
-    best, best_gain = 0, 0.0
-    for k in range(1, max_len + 1):
-        gain = (expected_tokens(p, k) - 1.0) * slot - k * per_row_s
-        if gain > best_gain:
-            best, best_gain = k, gain
-    return best
+    def kept(self, cls: int, lengths: Iterable[int]) -> list[float]:
+        """For each of `lengths` (ascending), the expected number of draft tokens kept of
+        a draft that long."""
+        hazards = [self.hazard(cls, b) for b in range(NUM_BUCKETS)]
+        out: list[float] = []
+        total, alive, pos = 0.0, 1.0, 0
+        for k in lengths:
+            while pos < k:
+                pos += 1
+                alive *= 1.0 - hazards[_BUCKET_OF[min(pos, LENGTHS[-1])]]
+                total += alive
+            out.append(total)
+        return out
 
 
 class DecodeCost:
-    """A running least-squares fit of decode time = fixed + per_row * rows, with old
-    decodes fading (`weight` per decode), from (rows, seconds) the worker measures."""
+    """Decode time by the number of rows, learned from the decodes the worker runs.
+
+    The time is not linear in rows: on a CPU, a decode of one row is mostly reading the
+    weights, and rows added to it share that read (measured on 2 cores with SmolLM2 in
+    `bench/`, see issue 23's note); on a GPU extra rows are almost free up to a point.
+    So the time is kept per bucket of row counts (`LENGTHS`, then doubling), as decaying
+    means of the rows and seconds measured there, and read between buckets by straight
+    lines. Past the largest bucket measured it is extrapolated at half the last slope:
+    an optimistic guess, so that a long draft that may pay is tried once and its bucket
+    measured, rather than never tried because nothing was known."""
+
+    #: Weight of a new measurement in its bucket's means.
+    ALPHA = 0.2
 
     def __init__(self, fixed_s: float = 0.006, per_row_s: float = 0.0055) -> None:
-        # Seeded with two made-up decodes that say the defaults, worth a few real ones.
-        self._n = self._x = self._y = self._xx = self._xy = 0.0
-        for rows, w in ((1, 2.0), (9, 2.0)):
-            self._add(rows, fixed_s + per_row_s * rows, w)
+        self._rows: dict[int, float] = {}
+        self._secs: dict[int, float] = {}
+        self._points: tuple[list[float], list[float]] | None = None
+        # Seeded with two made-up decodes that say the defaults: one real decode replaces
+        # the seed of its bucket, and the first real decode of more than one row both.
+        self._seeded: set[int] = set()
+        for rows in (1, 9):
+            b = self._bucket(rows)
+            self._seeded.add(b)
+            self._rows[b] = float(rows)
+            self._secs[b] = fixed_s + per_row_s * rows
 
-    def _add(self, rows: float, seconds: float, w: float) -> None:
-        self._n += w
-        self._x += w * rows
-        self._y += w * seconds
-        self._xx += w * rows * rows
-        self._xy += w * rows * seconds
+    @staticmethod
+    def _bucket(rows: int) -> int:
+        if rows <= LENGTHS[-1]:
+            return LENGTHS[bisect.bisect_left(LENGTHS, rows)]
+        return 1 << (rows - 1).bit_length()
 
-    def update(self, rows: int, seconds: float, keep: float = 0.98) -> None:
-        for attr in ("_n", "_x", "_y", "_xx", "_xy"):
-            setattr(self, attr, getattr(self, attr) * keep)
-        self._add(rows, seconds, 1.0)
+    def update(self, rows: int, seconds: float) -> None:
+        b = self._bucket(rows)
+        self._points = None
+        if self._seeded and rows > 1:
+            for seed in self._seeded - {1}:
+                del self._rows[seed], self._secs[seed]
+            self._seeded &= {1}
+        if b in self._seeded or b not in self._rows:
+            self._seeded.discard(b)
+            self._rows[b], self._secs[b] = float(rows), seconds
+            return
+        a = self.ALPHA
+        self._rows[b] += a * (rows - self._rows[b])
+        self._secs[b] += a * (seconds - self._secs[b])
 
-    def fit(self) -> tuple[float, float]:
-        """(fixed_s, per_row_s), both at least 0."""
-        var = self._xx - self._x * self._x / self._n
-        if var <= 1e-9:
-            return max(0.0, self._y / self._n), 0.0
-        per_row = (self._xy - self._x * self._y / self._n) / var
-        per_row = max(0.0, per_row)
-        fixed = max(0.0, (self._y - per_row * self._x) / self._n)
-        return fixed, per_row
+    def points(self) -> tuple[list[float], list[float]]:
+        """The rows and seconds known, by rows, each time at least the one before."""
+        if self._points is None:
+            rows: list[float] = []
+            secs: list[float] = []
+            for r, t in sorted((self._rows[b], self._secs[b]) for b in self._rows):
+                if rows and r <= rows[-1]:
+                    continue
+                rows.append(r)
+                secs.append(max(t, secs[-1]) if secs else t)
+            self._points = (rows, secs)
+        return self._points
+
+    def seconds(self, rows: int) -> float:
+        """The estimated time of a decode of `rows` rows."""
+        xs, ys = self.points()
+        i = bisect.bisect_left(xs, rows)
+        if i == 0:
+            return ys[0] * rows / xs[0]
+        if i < len(xs):
+            r0, t0, r1, t1 = xs[i - 1], ys[i - 1], xs[i], ys[i]
+            return t0 + (t1 - t0) * (rows - r0) / (r1 - r0)
+        r0, t0 = xs[-1], ys[-1]
+        slope = (t0 - ys[-2]) / (r0 - xs[-2]) if len(xs) >= 2 else t0 / r0
+        return t0 + 0.5 * slope * (rows - r0)
+
+
+def best_length(
+    kept: list[float], lengths: list[int], cost: DecodeCost, *, rows: int, num_seqs: int
+) -> int:
+    """Of `lengths` (ascending, with `kept[i]` draft tokens expected to be kept of a draft
+    `lengths[i]` long), the one that saves the most time, or 0 when none saves any.
+
+    The decode now has `rows` rows for `num_seqs` generating sequences. A draft of k
+    adds `seconds(rows + k) - seconds(rows)` to it, and each draft token kept is a token
+    that would otherwise take its share of a later decode, `seconds(rows) / num_seqs`."""
+    base = cost.seconds(rows)
+    slot = base / max(1, num_seqs)
+    best, best_gain = 0, 0.0
+    for k, e in zip(lengths, kept, strict=True):
+        gain = e * slot - (cost.seconds(rows + k) - base)
+        if gain > best_gain:
+            best, best_gain = k, gain
+    return best

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from juggler.engine.llama.ports import LlamaModel, Logits
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogprob, token_logprobs
-from juggler.engine.schedule.drafts import DecodeCost
+from juggler.engine.schedule.drafts import DecodeCost, Survival
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
@@ -59,7 +59,7 @@ class Generations:
         worker_id: int = 0,
         *,
         speculative: bool = False,
-        spec_draft_max: int = 8,
+        spec_draft_max: int = 64,
     ) -> None:
         self.model = model
         self.ctx = ctx
@@ -74,9 +74,14 @@ class Generations:
         self.spec_draft_max = spec_draft_max
         #: Draft tokens decoded, and how many of them the samples kept (all generations).
         self.num_drafted = 0
+        #: Generations begun and finished (the worker publishes a snapshot when they move).
+        self.num_begun = 0
+        self.num_finished = 0
         self.num_accepted = 0
         #: What a decode costs on this worker (the decoder measures, drafts are sized by it).
         self.cost = DecodeCost()
+        #: How far drafts are kept on this worker (each generation's estimate starts here).
+        self.survival = Survival()
 
     def begin(
         self,
@@ -107,8 +112,9 @@ class Generations:
         )
         spec = params.speculative if params.speculative is not None else self.speculative
         if spec:
-            g.spec = Speculation(self.spec_draft_max)
+            g.spec = Speculation(self.spec_draft_max, Survival(self.survival))
         s.generation = g
+        self.num_begun += 1
         s.state = SessionState.GENERATING
         s.last_used = self.clock.tick
         return g
@@ -151,8 +157,11 @@ class Generations:
             # Room: what the generation may still produce after the pending token (a fully
             # accepted draft also yields one more sampled token), and the sequence's cells.
             left = min(g.max_new_tokens - g.num_generated, self.n_ctx - s.n_past - len(s.pending))
-            num_seqs = self.kv.table.num_running()
-            draft = g.spec.propose(s.tokens, s.pending, left - 1, self.cost, num_seqs)
+            # The next decode's rows so far: a token for each generating sequence, and the
+            # drafts proposed this tick (they are cleared once decoded).
+            running = self.kv.table.running()
+            rows = len(running) + sum(r.num_draft for r in running)
+            draft = g.spec.propose(s.tokens, s.pending, left - 1, self.cost, len(running), rows)
             if draft:
                 s.pending.extend(draft)
                 s.num_draft = len(draft)
@@ -232,6 +241,7 @@ class Generations:
             tail = more + g.stop.flush()
             g.text_parts.append(tail)
         stats = request_stats(g, s.num_prefilled)
+        self.num_finished += 1
         g.sampler.close()
         if s.num_draft:  # drafts not decoded yet are never input
             del s.pending[-s.num_draft :]

@@ -3,9 +3,9 @@ acceptance estimate and the cost model are `schedule.drafts`).
 
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
 session (its only pending token): it brings the n-gram index up to what the sequence
-holds, looks up a draft, decides how much of it pays now (`drafts.draft_length`, from how
-often this sequence's drafts from matches that long were kept and what a decode costs on
-this worker) and returns that; `Generations` appends it to the session's `pending`
+holds, looks up a draft, decides how much of it pays now (`drafts.best_length`, from how far
+drafts from matches that long were kept, on this sequence and on its worker, and what a
+decode of that many rows costs on this worker) and returns that; `Generations` appends it to the session's `pending`
 (`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
 the sampled token and the drafts in one chunk, samples each row in order, and reports
 how many drafts the samples kept (`verified`). It reads token lists only: it knows
@@ -14,65 +14,65 @@ nothing of sessions.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 from juggler.engine.schedule.drafts import (
-    MATCH_CLASSES,
+    LENGTHS,
     PROBE_EVERY,
-    Acceptance,
     DecodeCost,
     NgramIndex,
-    draft_length,
+    Survival,
+    best_length,
+    match_class,
 )
 
 
 @dataclass(eq=False)
 class Speculation:
     max_len: int
-    #: How often draft tokens are kept, for each class of match length (`MATCH_CLASSES`:
-    #: a draft whose match reaches far back is right far more often).
-    acceptance: tuple[Acceptance, ...] = field(
-        default_factory=lambda: tuple(Acceptance() for _ in range(len(MATCH_CLASSES) + 1))
-    )
+    #: How far this sequence's drafts are kept (its worker's estimate as the prior).
+    survival: Survival = field(default_factory=Survival)
     #: Built on the first draft (prompt and history), then extended token by token.
     index: NgramIndex | None = None
     #: Sampled tokens since a draft was last tried.
     since_draft: int = 0
-    #: The estimate the pending draft came from (verified updates it).
-    _drafted_from: Acceptance | None = None
+    #: The match class the pending draft came from (verified updates it).
+    _drafted_class: int | None = None
 
     def propose(
-        self, tokens: list[int], pending: list[int], room: int, cost: DecodeCost, num_seqs: int
+        self,
+        tokens: list[int],
+        pending: list[int],
+        room: int,
+        cost: DecodeCost,
+        num_seqs: int,
+        rows: int | None = None,
     ) -> list[int]:
         """The draft to append after the sampled token (`pending`, after the sequence's
         `tokens`): at most `room` tokens, what the generation and the sequence's cells
-        still hold after it (empty: none)."""
+        still hold after it (empty: none). The next decode has `rows` rows without it
+        (default: one per generating sequence)."""
         room = min(self.max_len, room)
         if room <= 0:
             return []
         self.since_draft += 1
-        fixed, per_row = cost.fit()
-
-        def pays(rate: float, length: int) -> int:
-            return draft_length(rate, length, fixed_s=fixed, per_row_s=per_row, num_seqs=num_seqs)
-
-        # Now and then one token is tried anyway, if drafts could pay at all here, so a
-        # sequence that starts quoting after a while is noticed.
-        probe = self.since_draft >= PROBE_EVERY and pays(0.99, 1) > 0
-        if not probe and pays(max(a.rate for a in self.acceptance), room) == 0:
-            return []  # no draft could pay now, whatever it matched: skip the lookup
+        self._drafted_class = None
         draft, match = self._index(tokens, pending).draft(room)
         if not draft:
             return []
-        acceptance = self.acceptance[bisect.bisect_right(MATCH_CLASSES, match)]
-        want = pays(acceptance.rate, len(draft))
+        cls = match_class(match)
+        lengths = [k for k in LENGTHS if k < len(draft)] + [len(draft)]
+        kept = self.survival.kept(cls, lengths)
+        rows = num_seqs if rows is None else rows
+        want = best_length(kept, lengths, cost, rows=max(1, rows), num_seqs=num_seqs)
         if want == 0:
-            if not probe:
+            # Now and then one token is tried anyway, so a sequence that starts quoting
+            # after a while is noticed and the estimate follows it.
+            if self.since_draft < PROBE_EVERY:
                 return []
             want = 1
         self.since_draft = 0
-        self._drafted_from = acceptance
+        self._drafted_class = cls
         return draft[:want]
 
     def _index(self, tokens: list[int], pending: list[int]) -> NgramIndex:
@@ -87,5 +87,5 @@ class Speculation:
         return self.index
 
     def verified(self, drafted: int, accepted: int) -> None:
-        if self._drafted_from is not None:
-            self._drafted_from.update(drafted, accepted)
+        if self._drafted_class is not None:
+            self.survival.update(self._drafted_class, drafted, accepted)

@@ -72,6 +72,10 @@ class SessionTable:
     def is_generating(self) -> bool:
         return any(s.generation is not None for s in self._sessions.values())
 
+    def running(self) -> list[Session]:
+        """The sessions generating now."""
+        return [s for s in self._sessions.values() if s.generation is not None]
+
     def num_running(self) -> int:
         return sum(1 for s in self._sessions.values() if s.generation is not None)
 

@@ -71,6 +71,9 @@ from juggler.errors import EngineDead, JugglerError
 
 log = logging.getLogger(__name__)
 
+#: Longest a published snapshot lags the worker's counters while nothing else changes.
+PUBLISH_EVERY_S = 0.05
+
 
 class Worker(OwnerThread):
     """One worker thread. `start()`, `submit()` and `stop()` may be called from any thread;
@@ -108,6 +111,10 @@ class Worker(OwnerThread):
         self.is_stalled = False
         #: The short wait for a generate after appended input is spent (`_take_commands`).
         self.grace_used = False
+        #: Commands applied so far, and what the last snapshot was taken at (`step`).
+        self.num_dispatched = 0
+        self._published_key: tuple[int, ...] = ()
+        self._published_at = 0.0
 
     # -- lifecycle (the worker thread) ---------------------------------------------------
     def open(self) -> None:
@@ -224,7 +231,26 @@ class Worker(OwnerThread):
         self.clock.tick += 1
         if self.decoder.run(self.clock.tick) is Outcome.STALLED:
             self.is_stalled = True
-        self.publish()
+        self._publish_if_changed()
+
+    def _publish_if_changed(self) -> None:
+        """Publish after a tick that changed what runs or waits (a command, a generation
+        begun or ended, a stall), else at most every `PUBLISH_EVERY_S`: between those only
+        counters move, and taking a snapshot every token was a tenth of a lone stream's
+        host time per token (issue 23)."""
+        gens, api = self.gens, self.api
+        key = (
+            self.num_dispatched,
+            gens.num_begun,
+            gens.num_finished,
+            len(api.waiting),
+            len(api.pending),
+            self.is_stalled,
+        )
+        now = time.monotonic()
+        if key != self._published_key or now - self._published_at >= PUBLISH_EVERY_S:
+            self._published_key, self._published_at = key, now
+            self.publish()
 
     def on_idle(self) -> None:
         """Nothing happened for `idle_wait_s`: park cached prefixes, compact the KV."""
@@ -281,6 +307,7 @@ class Worker(OwnerThread):
 
     def dispatch(self, cmd: WorkerCommand) -> None:
         """Apply one command: the one place a worker dispatches on a command's kind."""
+        self.num_dispatched += 1
         try:
             match cmd:
                 case Shutdown():
