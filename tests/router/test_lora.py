@@ -212,7 +212,27 @@ def test_the_limit_queues_the_extra_adapter_and_the_lora_series_shows_it(
             except BaseException as exc:  # shown by the assertion below
                 got[name] = f"failed: {exc!r}"
 
-        running = threading.Thread(target=run, args=("a", 160), kwargs={"ignore_eos": True})
+        # "a" streams until the test has seen "b" wait, then its client leaves: how long
+        # "b" waits is up to the test, never a race with a generation's length.
+        done_watching = threading.Event()
+
+        def stream_a() -> None:
+            body = {"model": "a", "prompt": PROMPT, "max_tokens": 4000, "temperature": 0}
+            try:
+                with (
+                    server.client() as own,
+                    own.stream(
+                        "POST", "/v1/completions", json={**body, "stream": True, "ignore_eos": True}
+                    ) as r,
+                ):
+                    for _ in r.iter_lines():
+                        if done_watching.is_set():
+                            break
+                got["a"] = "left"
+            except BaseException as exc:  # shown by the assertion below
+                got["a"] = f"failed: {exc!r}"
+
+        running = threading.Thread(target=stream_a)
         running.start()
         until(lambda: lora_info(c)["running_lora_adapters"] == "a", 30)
         waiter = threading.Thread(target=run, args=("b", 12))
@@ -222,8 +242,10 @@ def test_the_limit_queues_the_extra_adapter_and_the_lora_series_shows_it(
         assert info["max_lora"] == "1" and info["running_lora_adapters"] == "a"
         r = c.delete("/adapters/a")
         assert r.status_code == 409  # in use: its request is not cut off
+        done_watching.set()
         running.join()
         waiter.join()
+        assert got["a"] == "left", got
         assert got["b"] == solo_b, got
         until(lambda: lora_info(c)["waiting_lora_adapters"] == "", 30)
         assert c.delete("/adapters/a").status_code == 200

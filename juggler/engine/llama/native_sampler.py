@@ -119,8 +119,12 @@ class Sampler:
         self.eog = eog
         self.grammar: Any = parse_grammar(vocab, params.grammar) if params.grammar else None
         self.pre, self.post = _chain(), _chain()
-        self._fill_pre(params, banned)
+        changes_logits = self._fill_pre(params, banned)
         self._fill_post(params)
+        #: Plain greedy (nothing changes the logits, no grammar): the draw is the first
+        #: best logit, as llama.cpp's greedy sampler takes it, read without copying the
+        #: vocabulary into a candidate array (tens of microseconds a token).
+        self.argmax = self.grammar is None and not changes_logits and params.temperature <= 0.0
         #: How many best candidates a redraw needs to be exact (None: all of them).
         self.need: int | None = 1 if params.temperature <= 0.0 else (params.top_k or None)
         #: min_p drops every token this far (in logits) below the best one left.
@@ -133,7 +137,8 @@ class Sampler:
         C.llama_sampler_chain_add(self.ptr, self.pre)
         C.llama_sampler_chain_add(self.ptr, self.post)
 
-    def _fill_pre(self, p: SamplingParams, banned: Sequence[int]) -> None:
+    def _fill_pre(self, p: SamplingParams, banned: Sequence[int]) -> bool:
+        """Fill the chain that changes the logits; False if it has nothing to do."""
         biases = [(t, float("-inf")) for t in banned] + list(p.logit_bias)
         if biases:
             arr = (C.llama_logit_bias * len(biases))()
@@ -158,6 +163,7 @@ class Sampler:
                     self.n_vocab, window, 1.0, p.frequency_penalty, p.presence_penalty
                 ),
             )
+        return int(C.llama_sampler_chain_n(self.pre)) > 0
 
     def _fill_post(self, p: SamplingParams) -> None:
         if p.temperature <= 0.0:
@@ -176,6 +182,11 @@ class Sampler:
     # -- sampling ---------------------------------------------------------------------
     def sample(self, row: int) -> int:
         """Sample (and accept) a token from the logits of batch row `row`."""
+        if self.argmax:
+            ptr = C.llama_get_logits_ith(self.ctx_ptr, row)
+            if not ptr:
+                raise EngineError(f"llama.cpp returned no logits for batch row {row}")
+            return int(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).argmax())
         if self.grammar is None:
             return int(C.llama_sampler_sample(self.ptr, self.ctx_ptr, row))
         ptr = C.llama_get_logits_ith(self.ctx_ptr, row)

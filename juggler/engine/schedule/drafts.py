@@ -13,14 +13,16 @@ token only when the draw equals it is the standard speculative rule for a draft 
 proposes one token with certainty: the output distribution, greedy or not, is exactly
 the model's.
 
-How long a draft pays (`draft_length`) depends on the hardware: every draft row costs
-compute, and only the decode's fixed cost is saved per accepted token. `DecodeCost`
-learns the decode time as `fixed + per_row * rows` from the decodes the worker runs
-(measured here on 2 CPU cores with SmolLM2: about 6 ms + 5.5 ms a row, so a lone stream
-gains from long, well-accepted drafts and 8 batched streams gain little); `Acceptance`
-estimates how likely each draft token of one sequence is to be kept. A draft is only
-proposed when its expected saving is positive, so open-ended text, where drafts are
-rarely right, does not pay for rows the model throws away.
+How long a draft pays (`best_length`) depends on the hardware and on the text. Every
+draft row costs compute; each draft token kept saves a later decode's share.
+`DecodeCost` learns the time of a decode by its number of rows from the decodes the
+worker runs (on 2 CPU cores with SmolLM2 the rows of one decode share its reading of the
+weights, so the time is far from a line in rows); `Survival` learns how far drafts are
+kept, by how far back their match reaches and by draft position (a copy in progress is
+kept to its end, a draft from the wrong record fails at its first value). A draft is
+only proposed at the length with the largest expected saving, and not at all when none
+saves, so open-ended text, where drafts are rarely right, does not pay for rows the
+model throws away.
 """
 
 from __future__ import annotations
