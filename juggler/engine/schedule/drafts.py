@@ -42,9 +42,10 @@ MAX_CANDIDATES = 256
 #: back is a copy in progress and far more often right than a short one.
 MATCH_CLASSES = (6, 16, 40)
 #: A draft token's chance of being refused (after every one before it was kept) until
-#: drafts of its class have been seen, for each class of `MATCH_CLASSES`.
-PRIOR_HAZARD = (0.35, 0.2, 0.1, 0.05)
-#: Weight of that prior, in draft tokens seen at one position bucket.
+#: drafts of its kind have been seen: for each class of `MATCH_CLASSES`, at a plain
+#: token and at a branch (see `NgramIndex.branches`).
+PRIOR_HAZARD = ((0.3, 0.5), (0.15, 0.35), (0.05, 0.25), (0.03, 0.2))
+#: Weight of that prior, in draft tokens seen.
 PRIOR_WEIGHT = 4.0
 #: Older observations fade by this factor per verified draft of their class.
 DECAY = 0.95
@@ -54,6 +55,9 @@ LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 #: While drafts do not pay, a one-token draft is still tried this often (sampled tokens),
 #: so that a sequence that starts to quote is noticed.
 PROBE_EVERY = 16
+
+
+_BRANCH = -1
 
 
 class NgramIndex:
@@ -77,18 +81,33 @@ class NgramIndex:
     def __init__(self, tokens: Iterable[int] = ()) -> None:
         self.tokens: list[int] = []
         self._at: dict[tuple[int, ...], list[int]] = {}
+        #: For each `MIN_MATCH` tokens, the token that followed them, or `_BRANCH` once
+        #: two different ones did.
+        self._next: dict[tuple[int, ...], int] = {}
         self.extend(tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
-        toks, at = self.tokens, self._at
+        toks, at, nxt = self.tokens, self._at, self._next
         for t in tokens:
             end = len(toks)
             if end >= MIN_MATCH:
-                at.setdefault(tuple(toks[end - MIN_MATCH : end]), []).append(end)
+                key = tuple(toks[end - MIN_MATCH : end])
+                at.setdefault(key, []).append(end)
+                if nxt.setdefault(key, t) != t:
+                    nxt[key] = _BRANCH
             toks.append(t)
+
+    def branches(self, draft: list[int]) -> list[bool]:
+        """For each token of `draft` (to follow the sequence's tokens), whether it comes
+        after a branch: `MIN_MATCH` tokens that the sequence has continued in more than
+        one way. Copying templated text, a model departs from its source at the values
+        (a name, a number), which are branches; between them it rarely does."""
+        ext = self.tokens[len(self.tokens) - MIN_MATCH :] + draft
+        nxt = self._next
+        return [nxt.get(tuple(ext[j : j + MIN_MATCH])) == _BRANCH for j in range(len(draft))]
 
     def follow(self, at: int, length: int) -> list[int]:
         """The `length` tokens from position `at` on, going on past the end as a copy of
@@ -137,73 +156,68 @@ def match_class(match: int) -> int:
     return bisect.bisect_right(MATCH_CLASSES, match)
 
 
-def _bucket(position: int) -> int:
-    """The bucket of draft position `position` (1, 2, 3-4, 5-8, 9-16, ...)."""
-    return (position - 1).bit_length()
-
-
-#: Draft positions are told apart up to the longest length weighed.
-NUM_BUCKETS = _bucket(LENGTHS[-1]) + 1
-#: The bucket of each draft position (index 0 unused).
-_BUCKET_OF = [0] + [_bucket(p) for p in range(1, LENGTHS[-1] + 1)]
-
-
 class Survival:
-    """How far drafts are kept, by class of match length (`match_class`) and draft
-    position: for each, the chance a draft token is refused when every token before it
-    was kept (a hazard), from decaying counts.
+    """How far drafts are kept: for each class of match length (`match_class`) and kind
+    of draft token (plain, or after a branch: `NgramIndex.branches`), the chance that a
+    draft token is refused when every token before it was kept (a hazard), from decaying
+    counts.
 
-    Drafts are not kept token by token at a steady rate: a draft from the wrong record
-    fails at its first value, one from the paragraph being quoted is kept to its end. So
-    the hazard is counted per position bucket (1, 2, 3-4, 5-8, ...): once a draft has
-    survived eight tokens it is far more likely to survive thirty-two than a fixed rate
-    would say, and the long drafts that pay on copying are chosen for it.
+    Drafts are not kept token by token at a steady rate. Copying structured text, a
+    model departs from its source where the source's template has a value (measured on
+    greedy traces of `bench/spec_workloads.py`: one refusal in 50 at plain tokens, one in
+    6 after a branch), so a draft through plain text is kept to its end and one that
+    crosses several values is cut at the first it gets wrong. The expected number of
+    tokens kept of a draft follows its own tokens' kinds.
 
-    `prior(cls, bucket)` stands in for what this estimate has not seen, `PRIOR_WEIGHT`
-    tokens' worth: a fixed prior for the worker-wide estimate, the worker's estimate for
-    one sequence's (so a sequence starts from what the worker has learned and moves
-    towards its own drafts)."""
+    What an estimate has not seen is filled in by its prior, `PRIOR_WEIGHT` tokens'
+    worth: `PRIOR_HAZARD` for the worker's estimate, the worker's estimate for one
+    sequence's (so a sequence starts from what its worker has learned and moves towards
+    its own drafts)."""
 
     def __init__(self, parent: Survival | None = None) -> None:
         self.parent = parent
-        self.refused = [[0.0] * NUM_BUCKETS for _ in PRIOR_HAZARD]
-        self.seen = [[0.0] * NUM_BUCKETS for _ in PRIOR_HAZARD]
+        self.refused = [[0.0, 0.0] for _ in PRIOR_HAZARD]
+        self.seen = [[0.0, 0.0] for _ in PRIOR_HAZARD]
 
-    def hazard(self, cls: int, bucket: int) -> float:
-        prior = self.parent.hazard(cls, bucket) if self.parent else PRIOR_HAZARD[cls]
-        seen = self.seen[cls][bucket]
-        return (self.refused[cls][bucket] + PRIOR_WEIGHT * prior) / (seen + PRIOR_WEIGHT)
+    def hazards(self, cls: int) -> tuple[float, float]:
+        """The hazard at a plain token and after a branch, for matches of class `cls`."""
+        prior = self.parent.hazards(cls) if self.parent is not None else PRIOR_HAZARD[cls]
+        refused, seen = self.refused[cls], self.seen[cls]
+        w = PRIOR_WEIGHT
+        return (
+            (refused[0] + w * prior[0]) / (seen[0] + w),
+            (refused[1] + w * prior[1]) / (seen[1] + w),
+        )
 
-    def update(self, cls: int, drafted: int, accepted: int) -> None:
-        """A draft of class `cls` and `drafted` tokens had its first `accepted` kept: each
-        position up to the first refused one was seen, that one refused (the positions
-        after it say nothing)."""
-        if drafted <= 0:
+    def update(self, cls: int, branches: list[bool], accepted: int) -> None:
+        """A draft of class `cls` whose tokens' kinds were `branches` had its first
+        `accepted` kept: each token up to the first refused one was seen, that one
+        refused (those after it say nothing)."""
+        if not branches:
             return
         if self.parent is not None:
-            self.parent.update(cls, drafted, accepted)
+            self.parent.update(cls, branches, accepted)
         refused, seen = self.refused[cls], self.seen[cls]
-        for b in range(NUM_BUCKETS):
-            refused[b] *= DECAY
-            seen[b] *= DECAY
-        last = min(drafted, accepted + 1)  # positions 1..last were seen
-        for b in range(_bucket(last) + 1):
-            lo, hi = (1, 1) if b == 0 else (2 ** (b - 1) + 1, 2**b)
-            seen[b] += max(0, min(hi, last) - lo + 1)
-        if accepted < drafted:
-            refused[_bucket(accepted + 1)] += 1.0
+        for kind in (0, 1):
+            refused[kind] *= DECAY
+            seen[kind] *= DECAY
+        for j in range(min(len(branches), accepted + 1)):
+            seen[branches[j]] += 1.0
+        if accepted < len(branches):
+            refused[branches[accepted]] += 1.0
 
-    def kept(self, cls: int, lengths: Iterable[int]) -> list[float]:
-        """For each of `lengths` (ascending), the expected number of draft tokens kept of
-        a draft that long."""
-        hazards = [self.hazard(cls, b) for b in range(NUM_BUCKETS)]
+    def kept(self, cls: int, branches: list[bool], lengths: Iterable[int]) -> list[float]:
+        """For each of `lengths` (ascending, at most the draft's), the expected number of
+        tokens kept of the draft whose tokens' kinds are `branches`, cut to that length."""
+        hazards = self.hazards(cls)
+        keep = (1.0 - hazards[0], 1.0 - hazards[1])
         out: list[float] = []
         total, alive, pos = 0.0, 1.0, 0
         for k in lengths:
             while pos < k:
-                pos += 1
-                alive *= 1.0 - hazards[_BUCKET_OF[min(pos, LENGTHS[-1])]]
+                alive *= keep[branches[pos]]
                 total += alive
+                pos += 1
             out.append(total)
         return out
 

@@ -3,9 +3,10 @@ acceptance estimate and the cost model are `schedule.drafts`).
 
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
 session (its only pending token): it brings the n-gram index up to what the sequence
-holds, looks up a draft, decides how much of it pays now (`drafts.best_length`, from how far
-drafts from matches that long were kept, on this sequence and on its worker, and what a
-decode of that many rows costs on this worker) and returns that; `Generations` appends it to the session's `pending`
+holds, looks up a draft, decides how much of it pays now (`drafts.best_length`, from how often
+draft tokens like these, after a match that long, plain or after a branch, were kept on
+this sequence and on its worker, and what a decode of that many rows costs on this
+worker) and returns that; `Generations` appends it to the session's `pending`
 (`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
 the sampled token and the drafts in one chunk, samples each row in order, and reports
 how many drafts the samples kept (`verified`). It reads token lists only: it knows
@@ -36,8 +37,9 @@ class Speculation:
     index: NgramIndex | None = None
     #: Sampled tokens since a draft was last tried.
     since_draft: int = 0
-    #: The match class the pending draft came from (verified updates it).
+    #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
+    _drafted_branches: list[bool] = field(default_factory=list)
 
     def propose(
         self,
@@ -57,12 +59,14 @@ class Speculation:
             return []
         self.since_draft += 1
         self._drafted_class = None
-        draft, match = self._index(tokens, pending).draft(room)
+        index = self._index(tokens, pending)
+        draft, match = index.draft(room)
         if not draft:
             return []
         cls = match_class(match)
+        branches = index.branches(draft)
         lengths = [k for k in LENGTHS if k < len(draft)] + [len(draft)]
-        kept = self.survival.kept(cls, lengths)
+        kept = self.survival.kept(cls, branches, lengths)
         rows = num_seqs if rows is None else rows
         want = best_length(kept, lengths, cost, rows=max(1, rows), num_seqs=num_seqs)
         if want == 0:
@@ -73,6 +77,7 @@ class Speculation:
             want = 1
         self.since_draft = 0
         self._drafted_class = cls
+        self._drafted_branches = branches[:want]
         return draft[:want]
 
     def _index(self, tokens: list[int], pending: list[int]) -> NgramIndex:
@@ -87,5 +92,8 @@ class Speculation:
         return self.index
 
     def verified(self, drafted: int, accepted: int) -> None:
+        """The pending draft was decoded: its first `drafted` tokens (those that fitted
+        in the batch), of which the first `accepted` were kept."""
         if self._drafted_class is not None:
-            self.survival.update(self._drafted_class, drafted, accepted)
+            branches = self._drafted_branches[:drafted]
+            self.survival.update(self._drafted_class, branches, accepted)
