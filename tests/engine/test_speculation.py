@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.batch import Chunk, SeqWork, schedule
 from juggler.engine.schedule.drafts import (
+    FIRST_CAP,
+    MIN_CAP,
     PRIOR_HAZARD,
     DecodeCost,
     NgramIndex,
@@ -274,3 +276,27 @@ def test_rejected_drafts_leave_the_kv_as_without_speculation() -> None:
         assert stats and stats[-1].output_tokens == 30
 
     run(go)
+
+
+def test_a_sequence_earns_long_drafts_by_keeping_its_short_ones() -> None:
+    """Issue 23: a worker that served quotes has learned that drafts are kept; a story
+    after them must not bet fifty rows on it. A sequence's first draft is at most
+    `FIRST_CAP` long, doubles with each draft kept to its end, and falls back to twice
+    what was kept when one is refused."""
+    worker = Survival()
+    for _ in range(50):
+        worker.update(0, [False] * 32, 32)  # every draft kept
+    cost = DecodeCost(0.001, 0.0001)  # rows nearly free: drafts as long as allowed
+    spec = Speculation(max_len=64, survival=Survival(worker))
+    loop = list(range(10, 20)) * 20
+    lengths = []
+    for _ in range(4):
+        draft = spec.propose(loop, [10], 1000, cost, num_seqs=1)
+        lengths.append(len(draft))
+        spec.verified(len(draft), len(draft))
+    assert lengths == [FIRST_CAP, 2 * FIRST_CAP, 4 * FIRST_CAP, 64]
+    draft = spec.propose(loop, [10], 1000, cost, num_seqs=1)
+    spec.verified(len(draft), 3)
+    assert spec.cap == 6
+    spec.verified(len(draft), 0)
+    assert spec.cap == MIN_CAP

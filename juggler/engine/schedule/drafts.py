@@ -52,6 +52,12 @@ DECAY = 0.95
 #: Draft lengths weighed (besides all the match has, when shorter): the cost of a decode
 #: is only known at the row counts decoded, so a few lengths are enough.
 LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+#: A sequence's first draft is at most this long; each draft kept to its end lets the
+#: next be twice as long, and a refused one cuts it back to twice what it kept (at least
+#: `MIN_CAP`). The estimates that size drafts are learned across a worker's sequences,
+#: and a story served after a hundred quotes must not bet fifty rows on that.
+FIRST_CAP = 8
+MIN_CAP = 4
 #: While drafts do not pay, a one-token draft is still tried this often (sampled tokens),
 #: so that a sequence that starts to quote is noticed.
 PROBE_EVERY = 16

@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from juggler.engine.schedule.drafts import (
+    FIRST_CAP,
     LENGTHS,
+    MIN_CAP,
     PROBE_EVERY,
     DecodeCost,
     NgramIndex,
@@ -37,6 +39,8 @@ class Speculation:
     index: NgramIndex | None = None
     #: Sampled tokens since a draft was last tried.
     since_draft: int = 0
+    #: The longest draft this sequence may try now (see `drafts.FIRST_CAP`).
+    cap: int = FIRST_CAP
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
     _drafted_branches: list[bool] = field(default_factory=list)
@@ -54,7 +58,7 @@ class Speculation:
         `tokens`): at most `room` tokens, what the generation and the sequence's cells
         still hold after it (empty: none). The next decode has `rows` rows without it
         (default: one per generating sequence)."""
-        room = min(self.max_len, room)
+        room = min(self.max_len, self.cap, room)
         if room <= 0:
             return []
         self.since_draft += 1
@@ -97,3 +101,7 @@ class Speculation:
         if self._drafted_class is not None:
             branches = self._drafted_branches[:drafted]
             self.survival.update(self._drafted_class, branches, accepted)
+        if accepted >= drafted:
+            self.cap = max(self.cap, 2 * drafted)
+        else:
+            self.cap = max(MIN_CAP, 2 * accepted)
