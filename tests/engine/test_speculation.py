@@ -281,8 +281,8 @@ def test_rejected_drafts_leave_the_kv_as_without_speculation() -> None:
 def test_a_sequence_earns_long_drafts_by_keeping_its_short_ones() -> None:
     """Issue 23: a worker that served quotes has learned that drafts are kept; a story
     after them must not bet fifty rows on it. A sequence's first draft is at most
-    `FIRST_CAP` long, doubles with each draft kept to its end, and falls back to twice
-    what was kept when one is refused."""
+    `FIRST_CAP` long, doubles with each draft kept to its end, and halves when one is
+    refused (or becomes twice what was kept, if more)."""
     worker = Survival()
     for _ in range(50):
         worker.update(0, [False] * 32, 32)  # every draft kept
@@ -296,7 +296,10 @@ def test_a_sequence_earns_long_drafts_by_keeping_its_short_ones() -> None:
         spec.verified(len(draft), len(draft))
     assert lengths == [FIRST_CAP, 2 * FIRST_CAP, 4 * FIRST_CAP, 64]
     draft = spec.propose(loop, [10], 1000, cost, num_seqs=1)
+    spec.verified(len(draft), 40)
+    assert spec.cap == 80  # more than half of 64 kept
     spec.verified(len(draft), 3)
-    assert spec.cap == 6
-    spec.verified(len(draft), 0)
+    assert spec.cap == 40
+    for _ in range(6):
+        spec.verified(len(draft), 0)
     assert spec.cap == MIN_CAP

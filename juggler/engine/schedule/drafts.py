@@ -53,8 +53,8 @@ DECAY = 0.95
 #: is only known at the row counts decoded, so a few lengths are enough.
 LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 #: A sequence's first draft is at most this long; each draft kept to its end lets the
-#: next be twice as long, and a refused one cuts it back to twice what it kept (at least
-#: `MIN_CAP`). The estimates that size drafts are learned across a worker's sequences,
+#: next be twice as long, and a refused one halves the bound (or makes it twice what
+#: was kept, if more; at least `MIN_CAP`). The estimates that size drafts are learned across a worker's sequences,
 #: and a story served after a hundred quotes must not bet fifty rows on that.
 FIRST_CAP = 8
 MIN_CAP = 4

@@ -104,4 +104,4 @@ class Speculation:
         if accepted >= drafted:
             self.cap = max(self.cap, 2 * drafted)
         else:
-            self.cap = max(MIN_CAP, 2 * accepted)
+            self.cap = max(MIN_CAP, self.cap // 2, 2 * accepted)
