@@ -95,6 +95,16 @@ def burst(url: str, workload: str, streams: int, tokens: int, extra: dict[str, A
     return tps
 
 
+def spec_counts(server: Server) -> tuple[int, int, int]:
+    """Juggler's draft tokens decoded and kept, and its decodes, so far."""
+    stats = httpx.get(server.url + "/stats", timeout=30).json()
+    return (
+        int(stats["spec_draft_tokens_total"]),
+        int(stats["spec_accepted_tokens_total"]),
+        int(stats["decode_calls_total"]),
+    )
+
+
 def llama_version() -> str:
     exe = BIN / "llama-server"
     if not exe.exists():
@@ -138,9 +148,15 @@ def main() -> None:
                     for name in order:
                         server, extra = servers[name]
                         burst(server.url, w, n, args.tokens, extra)  # caches the prompts
+                        before = spec_counts(server) if name == "juggler+spec" else None
                         tps = burst(server.url, w, n, args.tokens, extra)
                         results[(w, n, name)].append(tps)
                         row.append(f"{name} {tps:6.1f}")
+                        if before is not None:
+                            drafted, kept, decodes = (
+                                a - b for a, b in zip(spec_counts(server), before, strict=True)
+                            )
+                            row.append(f"(drafted {drafted}, kept {kept}, {decodes} decodes)")
                     print(f"round {r} {w:5s} x{n}: " + "  ".join(row), flush=True)
         report(results, workloads, levels, names)
     finally:
