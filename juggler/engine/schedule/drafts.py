@@ -16,8 +16,9 @@ the model's.
 How long a draft pays (`best_length`) depends on the hardware and on the text. Every
 draft row costs compute; each draft token kept saves a later decode's share.
 `DecodeCost` learns the time of a decode by its number of rows from the decodes the
-worker runs (on 2 CPU cores with SmolLM2 the rows of one decode share its reading of the
-weights, so the time is far from a line in rows); `Survival` learns how far drafts are
+worker runs (on 2 CPU cores with SmolLM2, `bench/bench_rows.py`: one row 10.8 ms, two
+20.6 ms, then about 5.5 ms a row, 314 ms for 64; on a GPU extra rows are nearly free up
+to a point); `Survival` learns how far drafts are
 kept, by how far back their match reaches and by draft position (a copy in progress is
 kept to its end, a draft from the wrong record fails at its first value). A draft is
 only proposed at the length with the largest expected saving, and not at all when none
@@ -231,10 +232,10 @@ class Survival:
 class DecodeCost:
     """Decode time by the number of rows, learned from the decodes the worker runs.
 
-    The time is not linear in rows: on a CPU, a decode of one row is mostly reading the
-    weights, and rows added to it share that read (measured on 2 cores with SmolLM2 in
-    `bench/`, see issue 23's note); on a GPU extra rows are almost free up to a point.
-    So the time is kept per bucket of row counts (`LENGTHS`, then doubling), as decaying
+    The time is not a line in rows: on 2 CPU cores with SmolLM2 the second row costs
+    nearly as much as the first (10.8 and 20.6 ms), each further one about 5.5 ms
+    (`bench/bench_rows.py`); on a GPU extra rows are almost free up to a point. So the
+    time is kept per bucket of row counts (`LENGTHS`, then doubling), as decaying
     means of the rows and seconds measured there, and read between buckets by straight
     lines. Past the largest bucket measured it is extrapolated at half the last slope:
     an optimistic guess, so that a long draft that may pay is tried once and its bucket
