@@ -19,6 +19,7 @@ from juggler.engine.schedule.drafts import (
     FIRST_CAP,
     MIN_CAP,
     PRIOR_HAZARD,
+    PROBE_EVERY,
     DecodeCost,
     NgramIndex,
     Survival,
@@ -303,3 +304,32 @@ def test_a_sequence_earns_long_drafts_by_keeping_its_short_ones() -> None:
     for _ in range(6):
         spec.verified(len(draft), 0)
     assert spec.cap == MIN_CAP
+
+
+def test_a_probe_is_tried_only_where_a_kept_draft_token_would_pay() -> None:
+    """Issue 23: "never a loss where they do not [pay]". Drafts that are never kept stop,
+    but a one-token probe every `PROBE_EVERY` tokens notices a sequence that starts to
+    quote; where a row costs a whole token's share (eight streams, rows as dear as
+    tokens) not even that is spent."""
+    worker = Survival()
+    for cls in range(4):
+        for _ in range(50):
+            worker.update(cls, [False, True] * 4, 0)  # never kept
+    loop = list(range(10, 20)) * 20
+
+    def drafts(cost: DecodeCost, streams: int) -> list[int]:
+        spec = Speculation(max_len=64, survival=Survival(worker))
+        out = []
+        for _ in range(3 * PROBE_EVERY):
+            draft = spec.propose(loop, [10], 1000, cost, num_seqs=streams, rows=streams)
+            out.append(len(draft))
+            if draft:
+                spec.verified(len(draft), 0)
+        return out
+
+    one_stream = cost_of(0.006, 0.0055)  # a kept token saves 11.5 ms, a row costs 5.5
+    assert drafts(one_stream, 1).count(1) == 3 and sum(drafts(one_stream, 1)) == 3
+    dear_rows = DecodeCost()
+    for rows, seconds in ((1, 0.010), (8, 0.040), (16, 0.120)):
+        dear_rows.update(rows, seconds)  # a 9th row costs 10 ms, a token's share is 5
+    assert sum(drafts(dear_rows, 8)) == 0

@@ -18,10 +18,10 @@ draft row costs compute; each draft token kept saves a later decode's share.
 `DecodeCost` learns the time of a decode by its number of rows from the decodes the
 worker runs (on 2 CPU cores with SmolLM2, `bench/bench_rows.py`: one row 10.8 ms, two
 20.6 ms, then about 5.5 ms a row, 314 ms for 64; on a GPU extra rows are nearly free up
-to a point); `Survival` learns how far drafts are
-kept, by how far back their match reaches and by draft position (a copy in progress is
-kept to its end, a draft from the wrong record fails at its first value). A draft is
-only proposed at the length with the largest expected saving, and not at all when none
+to a point); `Survival` learns how far drafts are kept, by how far back their match
+reaches and by whether each draft token follows a branch (a copy in progress is kept to
+its end, a draft from the wrong record fails at its first value). A draft is only
+proposed at the length with the largest expected saving, and not at all when none
 saves, so open-ended text, where drafts are rarely right, does not pay for rows the
 model throws away.
 """
@@ -55,8 +55,9 @@ DECAY = 0.95
 LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 #: A sequence's first draft is at most this long; each draft kept to its end lets the
 #: next be twice as long, and a refused one halves the bound (or makes it twice what
-#: was kept, if more; at least `MIN_CAP`). The estimates that size drafts are learned across a worker's sequences,
-#: and a story served after a hundred quotes must not bet fifty rows on that.
+#: was kept, if more; at least `MIN_CAP`). The estimates that size drafts are learned
+#: across a worker's sequences, and a story served after a hundred quotes must not bet
+#: fifty rows on them.
 FIRST_CAP = 8
 MIN_CAP = 4
 #: While drafts do not pay, a one-token draft is still tried this often (sampled tokens),

@@ -74,10 +74,10 @@ class Generations:
         self.spec_draft_max = spec_draft_max
         #: Draft tokens decoded, and how many of them the samples kept (all generations).
         self.num_drafted = 0
+        self.num_accepted = 0
         #: Generations begun and finished (the worker publishes a snapshot when they move).
         self.num_begun = 0
         self.num_finished = 0
-        self.num_accepted = 0
         #: What a decode costs on this worker (the decoder measures, drafts are sized by it).
         self.cost = DecodeCost()
         #: How far drafts are kept on this worker (each generation's estimate starts here).

@@ -3,10 +3,10 @@ acceptance estimate and the cost model are `schedule.drafts`).
 
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
 session (its only pending token): it brings the n-gram index up to what the sequence
-holds, looks up a draft, decides how much of it pays now (`drafts.best_length`, from how often
-draft tokens like these, after a match that long, plain or after a branch, were kept on
-this sequence and on its worker, and what a decode of that many rows costs on this
-worker) and returns that; `Generations` appends it to the session's `pending`
+holds, looks up a draft, decides how much of it pays now (`drafts.best_length`, from
+how often draft tokens like these, after a match that long, plain or after a branch,
+were kept on this sequence and on its worker, and what a decode of that many rows costs
+on this worker) and returns that; `Generations` appends it to the session's `pending`
 (`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
 the sampled token and the drafts in one chunk, samples each row in order, and reports
 how many drafts the samples kept (`verified`). It reads token lists only: it knows
@@ -75,8 +75,11 @@ class Speculation:
         want = best_length(kept, lengths, cost, rows=max(1, rows), num_seqs=num_seqs)
         if want == 0:
             # Now and then one token is tried anyway, so a sequence that starts quoting
-            # after a while is noticed and the estimate follows it.
-            if self.since_draft < PROBE_EVERY:
+            # after a while is noticed and the estimate follows it; not where even a draft
+            # token sure to be kept would not pay for its row (many streams on a CPU).
+            if self.since_draft < PROBE_EVERY or not best_length(
+                [1.0], [1], cost, rows=max(1, rows), num_seqs=num_seqs
+            ):
                 return []
             want = 1
         self.since_draft = 0
