@@ -19,6 +19,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from juggler.api import sse
+from juggler.api.streams import ClosingStreamingResponse
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
 from juggler.errors import JugglerError
 
@@ -164,7 +165,7 @@ def sse_response(objects: AsyncIterator[Any], sinks: Sequence[StreamSink]) -> St
         finally:
             cancel_all(sinks)
 
-    return StreamingResponse(
+    return ClosingStreamingResponse(
         gen(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from juggler.api.streams import ClosingStreamingResponse
 from juggler.router.anthropic import answer as aa
 from juggler.router.anthropic.request import chat_body, prompt_fields
 from juggler.router.anthropic.wire import MessagesRequest, PromptBody, validated
@@ -58,7 +59,7 @@ async def messages(request: Request) -> Response:
     answer = aa.MessageEvents(body.model, body.max_tokens)
     if body.stream:
         stream = translated(response, lambda events: aa.sse_events(aa.events_of(answer, events)))
-        return StreamingResponse(
+        return ClosingStreamingResponse(
             stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
     message = await read_whole(

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import httpx
 from fastapi import Request, Response
-from fastapi.responses import StreamingResponse
 
+from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import BackendDead, Overloaded, TooManyRequests
 from juggler.manager.lease import Lease
 from juggler.manager.manager import Manager
@@ -213,7 +213,7 @@ class Proxy:
                 # a backend whose /health fails is stopped, and the watchdog restarts it.
                 await self.manager.report_backend_failure(held)
             return Response(content, status_code=response.status_code, headers=headers)
-        return StreamingResponse(
+        return ClosingStreamingResponse(
             self._relay(held, response),
             status_code=response.status_code,
             headers=headers,

@@ -23,9 +23,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from juggler.api import sse
+from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import CheckpointMissing, ModelNotFound, render
 from juggler.registry.checkpoint import LocalRef, parse_checkpoint
 from juggler.router.core.bodies import parse
@@ -106,7 +107,7 @@ async def pull(request: Request) -> Response:
     if not body.stream:
         await run_pull(ref, register)
         return JSONResponse(done)
-    return StreamingResponse(_sse(ref, register), media_type="text/event-stream")
+    return ClosingStreamingResponse(_sse(ref, register), media_type="text/event-stream")
 
 
 async def _sse(ref: Any, register: Callable[[], None]) -> AsyncIterator[bytes]:

@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from juggler import __version__
+from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import NotFound, NotSupported
 from juggler.manager.snapshot import ServerState
 from juggler.registry.catalog import hf_alias_checkpoint
@@ -197,7 +198,7 @@ async def pull(request: Request) -> Response:
             if event.error is not None:
                 raise event.error
         return JSONResponse({"status": "success"})
-    return StreamingResponse(_pull_lines(ref, register), media_type=NDJSON)
+    return ClosingStreamingResponse(_pull_lines(ref, register), media_type=NDJSON)
 
 
 def inferred_labels(checkpoint: str) -> tuple[str, ...]:

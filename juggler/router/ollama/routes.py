@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import BadRequest
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, state_of
@@ -85,7 +86,7 @@ async def _generate(
         raise backend_error(response)
     if stream:
         lines = translated(response, answer.ndjson, lambda: keep_alive_after(state, model, options))
-        return StreamingResponse(lines, media_type=ol.NDJSON)
+        return ClosingStreamingResponse(lines, media_type=ol.NDJSON)
     whole = await read_whole(response, lambda events: answer.whole(events, request))
     await keep_alive_after(state, model, options)
     return JSONResponse(whole)
