@@ -10,7 +10,7 @@ import pytest
 from juggler.engine.llama.ports import ContextParams
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.messages import AppendInput, Complete, CreateSession, Generate
-from juggler.engine.schedule.stream import EventKind, StreamSink
+from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.session import Session, SessionState
 from juggler.engine.worker.table import SessionTable
@@ -44,7 +44,11 @@ def params(n: int) -> SamplingParams:
 
 
 def tokens_of(sink: StreamSink) -> list[int]:
-    return [t for e in events(sink) if e.kind is EventKind.TOKEN for t in e.token_ids]
+    return tokens_of_events(events(sink))
+
+
+def tokens_of_events(evs: list[StreamEvent]) -> list[int]:
+    return [t for e in evs if e.kind is EventKind.TOKEN for t in e.token_ids]
 
 
 # -- KvBook alone ------------------------------------------------------------------------
@@ -287,5 +291,32 @@ def test_an_idle_worker_parks_a_cached_prefix_and_a_request_sharing_it_restores_
         stats = got[-1].stats
         assert stats is not None and stats.prompt_tokens_reused == len(system) + 1  # and "Q"
         assert rig.worker.snapshot.num_parked == 0
+
+    asyncio.run(go())
+
+
+def test_a_generation_that_fills_the_context_ends_alone_and_the_newcomer_runs() -> None:
+    """A loaded run saw a request refused with "the KV cache is full" because, at the
+    tick it arrived, another stream's generation reached the end of the context: both
+    waited for cells and both were ended. Only the generation holding the most cells is
+    ended; its cells are then cached, and the newcomer fits."""
+
+    async def go() -> None:
+        rig = Rig(n_ctx=64, cache_cells=0)
+        long = rig.sink(max_pending=1000)
+        rig.worker.submit(Complete("long", rig.reply(), (BOS, 1, 2), params(500), long, 0.0))
+        sessions = rig.worker.table
+        while not any(s.session_id == "long" and s.n_past >= 50 for s in sessions.values()):
+            await rig.tick()
+        late_reply, late = rig.reply(), rig.sink()
+        rig.worker.submit(Complete("late", late_reply, (BOS, 7, 8), params(12), late, 0.0))
+        for _ in range(30):  # both grow by a cell a tick: the cells run out before "late" ends
+            await rig.tick()
+        ended = events(long)[-1]
+        assert isinstance(ended.error, ContextOverflow) and "KV cache is full" in str(ended.error)
+        assert late_reply.done() and late_reply.exception() is None
+        got = events(late)
+        assert got[-1].kind is EventKind.DONE and got[-1].finish_reason == "length", got[-1]
+        assert len(tokens_of_events(got)) == 12
 
     asyncio.run(go())

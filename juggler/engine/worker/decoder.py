@@ -38,6 +38,9 @@ class Outcome(enum.Enum):
     IDLE = "idle"
     #: Work waits but nothing fits in the KV cells: no decode until a command comes.
     STALLED = "stalled"
+    #: Nothing fitted, and the generation holding the most cells was ended: its cells
+    #: are now cached, so the next tick plans again.
+    FREED = "freed"
     FAILED = "failed"
 
 
@@ -176,21 +179,27 @@ class Decoder:
         return rows
 
     def _on_stalled(self, deferred: tuple[int, ...]) -> Outcome:
-        """Nothing fits in the KV cells: end the generations that wait for cells."""
+        """Nothing fits in the KV cells: end the waiting generation that holds the most
+        cells. Only that one: a request that arrived as another stream reached the end
+        of the context must not be ended with it (a loaded run saw that); with the
+        largest one's cells cached, the others fit at the next tick."""
         if not deferred:
             return Outcome.IDLE
-        for s in list(self.table.values()):
-            if s.seq_id in deferred and s.generation is not None:
-                self.gens.finish(
-                    s,
-                    "error",
-                    error=ContextOverflow(
-                        f"the KV cache is full ({self.kv.used()} of {self.kv.n_ctx} cells in "
-                        f"use by {len(self.table)} sequences); end idle sessions or raise "
-                        "--ctx-size"
-                    ),
-                )
-        return Outcome.STALLED
+        waiting = [
+            s for s in self.table.values() if s.seq_id in deferred and s.generation is not None
+        ]
+        if not waiting:
+            return Outcome.STALLED
+        largest = max(waiting, key=lambda s: (s.n_past, -s.seq_id))
+        self.gens.finish(
+            largest,
+            "error",
+            error=ContextOverflow(
+                f"the KV cache is full ({self.kv.used()} of {self.kv.n_ctx} cells in use by "
+                f"{len(self.table)} sequences); end idle sessions or raise --ctx-size"
+            ),
+        )
+        return Outcome.FREED if len(waiting) > 1 else Outcome.STALLED
 
     def _on_decode_failed(
         self, chunks: tuple[Chunk, ...], by_seq: dict[int, Session], rc: int
