@@ -161,6 +161,19 @@ def test_drafts_are_only_as_long_as_they_pay() -> None:
     assert best_length(steady(0.6), lengths, gpu, rows=8, num_seqs=8) >= 4
 
 
+def test_the_length_chosen_yields_the_most_tokens_a_second() -> None:
+    """Issue 23: where a row costs more the more rows a decode has, the draft that saves
+    the most time in this decode is too long: 64 sure tokens save 150 ms here against
+    70 ms for 16, but 16 yield 170 tokens a second and 64 only 130."""
+    convex = DecodeCost()
+    for rows, seconds in ((1, 0.010), (17, 0.100), (65, 0.500)):
+        convex.update(rows, seconds)
+    lengths = [16, 64]
+    assert best_length([16.0, 64.0], lengths, convex, rows=1, num_seqs=1) == 16
+    linear = cost_of(0.006, 0.0055)  # each row as dear as the last: the longer one
+    assert best_length([16.0, 64.0], lengths, linear, rows=1, num_seqs=1) == 64
+
+
 def test_decode_cost_is_learned_per_row_count_and_read_between() -> None:
     """Issue 23: the time of a decode is not linear in its rows on a CPU; the cost is kept
     per bucket of rows as measured, and guessed optimistically past the largest."""
@@ -222,7 +235,8 @@ def test_greedy_output_is_identical_with_far_fewer_decodes() -> None:
         out_plain, _ = await generate(plain, PROMPT, 40)
         out_spec, done = await generate(spec, PROMPT, 40)
         assert out_spec == out_plain and len(out_spec) == 40
-        assert spec.ctx.num_decodes < plain.ctx.num_decodes / 3
+        # Drafts are sized for tokens a second, not for the longest saving (issue 23).
+        assert spec.ctx.num_decodes < plain.ctx.num_decodes / 2.5
         assert done.stats is not None and done.stats.output_tokens == 40
 
     run(go)

@@ -21,7 +21,7 @@ worker runs (on 2 CPU cores with SmolLM2, `bench/bench_rows.py`: one row 10.8 ms
 to a point); `Survival` learns how far drafts are kept, by how far back their match
 reaches and by whether each draft token follows a branch (a copy in progress is kept to
 its end, a draft from the wrong record fails at its first value). A draft is only
-proposed at the length with the largest expected saving, and not at all when none
+proposed at the length that yields the most tokens a second, and not at all when none
 saves, so open-ended text, where drafts are rarely right, does not pay for rows the
 model throws away.
 """
@@ -310,16 +310,20 @@ def best_length(
     kept: list[float], lengths: list[int], cost: DecodeCost, *, rows: int, num_seqs: int
 ) -> int:
     """Of `lengths` (ascending, with `kept[i]` draft tokens expected to be kept of a draft
-    `lengths[i]` long), the one that saves the most time, or 0 when none saves any.
+    `lengths[i]` long), the one that makes the decode yield tokens fastest, or 0 when
+    none is faster than no draft.
 
-    The decode now has `rows` rows for `num_seqs` generating sequences. A draft of k
-    adds `seconds(rows + k) - seconds(rows)` to it, and each draft token kept is a token
-    that would otherwise take its share of a later decode, `seconds(rows) / num_seqs`."""
+    The decode now has `rows` rows and yields a token for each of its `num_seqs`
+    generating sequences in `seconds(rows)`. A draft of k adds k rows and `kept` tokens.
+    Whether a draft pays is the same question as whether the time it adds buys its kept
+    tokens at a token's share of the decode, `seconds(rows) / num_seqs`; which length
+    is best is not: the one that saves the most time in this decode may be longer than
+    the one that yields the most tokens a second, where long drafts cost more a row."""
     base = cost.seconds(rows)
-    slot = base / max(1, num_seqs)
-    best, best_gain = 0, 0.0
+    yielded = max(1, num_seqs)
+    best, best_rate = 0, yielded / base
     for k, e in zip(lengths, kept, strict=True):
-        gain = e * slot - (cost.seconds(rows + k) - base)
-        if gain > best_gain:
-            best, best_gain = k, gain
+        rate = (yielded + e) / cost.seconds(rows + k)
+        if rate > best_rate:
+            best, best_rate = k, rate
     return best
