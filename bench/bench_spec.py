@@ -4,6 +4,7 @@ prompt-lookup drafts, and llama.cpp's own server plain and with its n-gram specu
     bench/build_llamacpp.sh            # once: llama-server from the same llama.cpp
     .venv/bin/python bench/bench_spec.py [--rounds 3] [--levels 1,8] [--tokens 160]
         [--workloads quote,records,json,table,code,story] [--llama-spec ngram-mod,ngram-map-k]
+        [--fresh]
 
 Workloads (chat, greedy, `--tokens` new tokens a request): see `spec_workloads.py`.
 Grounded ones copy from their prompt (a paragraph, a record, a JSON object, table rows,
@@ -17,6 +18,12 @@ figure is generation, not prefill (the servers' prompt caches are equally good):
   juggler+spec the same backend, requests with speculative=true (the default)
   llama        llama-server -np 8 -kvu, no speculation
   llama+<type> llama-server with `--spec-type <type>` for each `--llama-spec` type
+The measured burst repeats the request its warm-up burst (and earlier rounds) asked, so
+a server that remembers earlier answers drafts from them: llama-server's ngram-mod keeps
+its n-gram table across requests, Juggler its recent generations (`schedule.recall`).
+With `--fresh` every burst of a round asks about another item (another paragraph,
+record, name) than any burst before it on that server, so only the shared document is
+cached and no answer was given before (and speculation gets a backend of its own).
 Each figure is generated tokens over the burst's wall time. Printed: every round, the
 median tokens/s, and the medians of per-round ratios that issue 23's goals name
 (Juggler with speculation against llama-server's best configuration, Juggler without it
@@ -73,11 +80,15 @@ def start_llama(spec: str | None) -> Server | None:
     return server
 
 
-def burst(url: str, workload: str, streams: int, tokens: int, extra: dict[str, Any]) -> float:
+def burst(
+    url: str, workload: str, streams: int, tokens: int, extra: dict[str, Any], first: int = 0
+) -> float:
+    """Tokens a second of `streams` requests at once, stream i asking item `first + i`."""
+
     def one(i: int) -> int:
         body = {
             "model": "smol",
-            "messages": messages(workload, i),
+            "messages": messages(workload, first + i),
             "max_tokens": tokens,
             "temperature": 0,
             **extra,
@@ -122,16 +133,20 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=160)
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--llama-spec", default="ngram-mod")
+    p.add_argument("--fresh", action="store_true", help="never ask a request again")
     args = p.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     workloads = args.workloads.split(",")
     print(f"llama-server: {llama_version()}", flush=True)
     juggler = start_backend()
+    # --fresh: a backend of its own for speculation, whose recall never holds an answer
+    # the no-speculation requests gave to the same question.
+    juggler_spec = start_backend() if args.fresh else juggler
     servers: dict[str, tuple[Server, dict[str, Any]]] = {
         "juggler": (juggler, {"speculative": False}),
-        "juggler+spec": (juggler, {"speculative": True}),
+        "juggler+spec": (juggler_spec, {"speculative": True}),
     }
-    started = [juggler]
+    started = [juggler] if juggler_spec is juggler else [juggler, juggler_spec]
     try:
         for spec in [None, *[s for s in args.llama_spec.split(",") if s]]:
             server = start_llama(spec)
@@ -145,11 +160,14 @@ def main() -> None:
                 for n in levels:
                     order = names[r % len(names) :] + names[: r % len(names)]
                     row = []
+                    # --fresh: round r's bursts ask items 2rn.. and (2r+1)n.., new ones
+                    warm, measured = (2 * r * n, (2 * r + 1) * n) if args.fresh else (0, 0)
                     for name in order:
                         server, extra = servers[name]
-                        burst(server.url, w, n, args.tokens, extra)  # caches the prompts
+                        # caches the prompts (with --fresh, the shared document only)
+                        burst(server.url, w, n, args.tokens, extra, warm)
                         before = spec_counts(server) if name == "juggler+spec" else None
-                        tps = burst(server.url, w, n, args.tokens, extra)
+                        tps = burst(server.url, w, n, args.tokens, extra, measured)
                         results[(w, n, name)].append(tps)
                         row.append(f"{name} {tps:6.1f}")
                         if before is not None:
