@@ -242,3 +242,47 @@ def test_non_streaming_client_that_disconnects_cancels_the_generation(
         # However fast the machine, a request that ran to its end generated max_tokens.
         stats = direct.get(backend + "/stats").json()
         assert stats["output_tokens"] < max_tokens, "the generation was not cancelled"
+
+
+def test_streaming_client_that_disconnects_cancels_the_generation(
+    chat_server: RunningServer,
+) -> None:
+    """Issue 3's rule for a stream: the relay must close the backend response when its
+    client leaves. It did not: the client's leaving cancels the response's task group,
+    and that cancellation ended the relay's cleanup at its first await, before the
+    backend response was closed (a loaded run saw a LoRA slot held 60 s that way)."""
+    import time
+
+    entry = next(
+        m
+        for m in chat_server.health()["all_models_loaded"]  # type: ignore[union-attr]
+        if m["model_name"] == DEFAULT_MODEL
+    )
+    backend = entry["backend_url"]
+    max_tokens = 1900  # the context is 2048: the request could run to its end
+    body = {
+        "model": DEFAULT_MODEL,
+        "prompt": "Count:",
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.Client(timeout=10, headers=backend_headers(entry["pid"])) as direct:
+
+        def running() -> int:
+            return int(direct.get(backend + "/stats").json()["requests_running"])
+
+        with (
+            httpx.Client(base_url=chat_server.base_url, timeout=60) as client,
+            client.stream("POST", "/v1/completions", json=body) as r,
+        ):
+            assert r.status_code == 200
+            for lines, _ in enumerate(r.iter_lines(), 1):
+                if lines >= 10:  # a few tokens in: the client leaves
+                    break
+        deadline = time.monotonic() + 30
+        while running() != 0:
+            assert time.monotonic() < deadline, "the backend kept generating for a gone client"
+            time.sleep(0.05)
+        stats = direct.get(backend + "/stats").json()
+        assert stats["output_tokens"] < max_tokens, "the generation was not cancelled"

@@ -250,8 +250,13 @@ class Proxy:
         try:
             if self.drain.is_expired:
                 relay.cut(Overloaded(SHUTTING_DOWN))
-            async for chunk in relay.stream():
-                yield chunk
+            # Closed here, not left to the garbage collector: leaving an `async for`
+            # does not close the generator it iterates, and until the relay's own
+            # `finally` runs the backend response stays open and its generation runs on
+            # for a client that left.
+            async with contextlib.aclosing(relay.stream()) as chunks:
+                async for chunk in chunks:
+                    yield chunk
         finally:
             self._relays.discard(relay)
             lease.release()

@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
 import httpx
 from fastapi.responses import StreamingResponse
 
@@ -81,10 +82,14 @@ class Relay:
                 await self._on_backend_failure()
                 yield sse.error(BackendDead(f"backend for {self.model!r} died mid-stream"))
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
-            await self.response.aclose()
+            # Shielded: a client that leaves cancels the response's task group, whose
+            # cancellation would otherwise end every await here before the backend
+            # response is closed, and the generation there would run on for nobody.
+            with anyio.CancelScope(shield=True):
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reader
+                await self.response.aclose()
 
 
 async def translated(
@@ -100,8 +105,9 @@ async def translated(
         async for piece in translate(events):
             yield piece
     finally:
-        await events.aclose()
-        await chunks.aclose()
+        with anyio.CancelScope(shield=True):  # see Relay.stream
+            await events.aclose()
+            await chunks.aclose()
     if after is not None:
         await after()
 
@@ -113,5 +119,6 @@ async def read_whole(response: StreamingResponse, fold: Callable[[Events], Await
     try:
         return await fold(events)
     finally:
-        await events.aclose()
-        await chunks.aclose()  # the relay releases its lease and the backend response
+        with anyio.CancelScope(shield=True):  # see Relay.stream
+            await events.aclose()
+            await chunks.aclose()  # the relay releases its lease and the backend response
