@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -65,7 +65,7 @@ class Relay:
             self._failure = exc
         await self._chunks.put(_END)
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    async def stream(self) -> AsyncGenerator[bytes, None]:
         """The client's body. Closing it (client gone) closes the backend response, which
         cancels the generation there."""
         reader = asyncio.create_task(self._pump())
