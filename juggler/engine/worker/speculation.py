@@ -3,11 +3,10 @@ acceptance estimate and the cost model are `schedule.drafts`).
 
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
 session (its only pending token): it brings the n-gram index up to what the sequence
-holds, looks up a draft (in the sequence's own tokens and in its worker's memory of
-recent generations, `schedule.recall`, whichever matches further back), decides how
-much of it pays now (`drafts.best_length`, from how often draft tokens like these,
-after a match that long, plain or after a branch, were kept on this sequence and on its
-worker, and what a decode of that many rows costs on this worker) and returns that; `Generations` appends it to the session's `pending`
+holds, looks up a draft, decides how much of it pays now (`drafts.best_length`, from
+how often draft tokens like these, after a match that long, plain or after a branch,
+were kept on this sequence and on its worker, and what a decode of that many rows costs
+on this worker) and returns that; `Generations` appends it to the session's `pending`
 (`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
 the sampled token and the drafts in one chunk, samples each row in order, and reports
 how many drafts the samples kept (`verified`). It reads token lists only: it knows
@@ -29,7 +28,6 @@ from juggler.engine.schedule.drafts import (
     best_length,
     match_class,
 )
-from juggler.engine.schedule.recall import Recall
 
 
 @dataclass(eq=False)
@@ -43,8 +41,6 @@ class Speculation:
     since_draft: int = 0
     #: The longest draft this sequence may try now (see `drafts.FIRST_CAP`).
     cap: int = FIRST_CAP
-    #: The worker's memory of recent generations, a second place drafts come from.
-    recall: Recall | None = None
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
     _drafted_branches: list[bool] = field(default_factory=list)
@@ -69,10 +65,6 @@ class Speculation:
         self._drafted_class = None
         index = self._index(tokens, pending)
         draft, match = index.draft(room)
-        if self.recall is not None:
-            recalled, reach = self.recall.lookup(index.tokens, room)
-            if reach > match:  # an earlier generation said this, from further back
-                draft, match = recalled, reach
         if not draft:
             return []
         cls = match_class(match)
