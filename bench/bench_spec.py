@@ -20,7 +20,7 @@ figure is generation, not prefill (the servers' prompt caches are equally good):
   llama+<type> llama-server with `--spec-type <type>` for each `--llama-spec` type
 The measured burst repeats the request its warm-up burst (and earlier rounds) asked, so
 a server that remembers earlier answers drafts from them: llama-server's ngram-mod keeps
-its n-gram table across requests, Juggler its recent generations (`schedule.recall`).
+its n-gram table across requests (Juggler drafts from each sequence's own text only).
 With `--fresh` every burst of a round asks about another item (another paragraph,
 record, name) than any burst before it on that server, so only the shared document is
 cached and no answer was given before (and speculation gets a backend of its own).
@@ -139,8 +139,8 @@ def main() -> None:
     workloads = args.workloads.split(",")
     print(f"llama-server: {llama_version()}", flush=True)
     juggler = start_backend()
-    # --fresh: a backend of its own for speculation, whose recall never holds an answer
-    # the no-speculation requests gave to the same question.
+    # --fresh: a backend of its own for speculation, sharing no state with the requests
+    # without it.
     juggler_spec = start_backend() if args.fresh else juggler
     servers: dict[str, tuple[Server, dict[str, Any]]] = {
         "juggler": (juggler, {"speculative": False}),
