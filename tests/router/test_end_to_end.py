@@ -201,6 +201,34 @@ def test_metrics_endpoint_has_vllm_series_for_the_loaded_model(chat_server: Runn
     assert DEFAULT_MODEL in loaded
 
 
+class DirectBackend:
+    """The default model's backend, asked directly (as the router may) for its counts."""
+
+    def __init__(self, server: RunningServer) -> None:
+        entry = next(
+            m
+            for m in server.health()["all_models_loaded"]  # type: ignore[union-attr]
+            if m["model_name"] == DEFAULT_MODEL
+        )
+        self.url = entry["backend_url"]
+        self.client = httpx.Client(timeout=10, headers=backend_headers(entry["pid"]))
+
+    def running(self) -> int:
+        return int(self.client.get(self.url + "/stats").json()["requests_running"])
+
+    def assert_cancelled(self, max_tokens: int) -> None:
+        """The generation ends soon, short of `max_tokens` (however fast the machine, a
+        request that ran to its end generated max_tokens)."""
+        import time
+
+        deadline = time.monotonic() + 30
+        while self.running() != 0:
+            assert time.monotonic() < deadline, "the backend kept generating for a gone client"
+            time.sleep(0.05)
+        stats = self.client.get(self.url + "/stats").json()
+        assert stats["output_tokens"] < max_tokens, "the generation was not cancelled"
+
+
 def test_non_streaming_client_that_disconnects_cancels_the_generation(
     chat_server: RunningServer,
 ) -> None:
@@ -209,39 +237,24 @@ def test_non_streaming_client_that_disconnects_cancels_the_generation(
     import socket
     import time
 
-    entry = next(
-        m
-        for m in chat_server.health()["all_models_loaded"]  # type: ignore[union-attr]
-        if m["model_name"] == DEFAULT_MODEL
-    )
-    backend = entry["backend_url"]
     max_tokens = 1900  # the context is 2048: the request could run to its end
     body = json.dumps(
         {"model": DEFAULT_MODEL, "prompt": "Count:", "max_tokens": max_tokens, "ignore_eos": True}
     ).encode()
     host, port = chat_server.base_url.removeprefix("http://").split(":")
-    with httpx.Client(timeout=10, headers=backend_headers(entry["pid"])) as direct:
-
-        def running() -> int:
-            return int(direct.get(backend + "/stats").json()["requests_running"])
-
-        with socket.create_connection((host, int(port))) as sock:
-            sock.sendall(
-                b"POST /api/v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-            deadline = time.monotonic() + 30
-            while running() == 0:  # the generation has started in the backend
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+    backend = DirectBackend(chat_server)
+    with backend.client, socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            b"POST /api/v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         deadline = time.monotonic() + 30
-        while running() != 0:
-            assert time.monotonic() < deadline, "the backend kept generating for a gone client"
+        while backend.running() == 0:  # the generation has started in the backend
+            assert time.monotonic() < deadline
             time.sleep(0.05)
-        # However fast the machine, a request that ran to its end generated max_tokens.
-        stats = direct.get(backend + "/stats").json()
-        assert stats["output_tokens"] < max_tokens, "the generation was not cancelled"
+        sock.close()
+        backend.assert_cancelled(max_tokens)
 
 
 def test_streaming_client_that_disconnects_cancels_the_generation(
@@ -251,14 +264,6 @@ def test_streaming_client_that_disconnects_cancels_the_generation(
     client leaves. It did not: the client's leaving cancels the response's task group,
     and that cancellation ended the relay's cleanup at its first await, before the
     backend response was closed (a loaded run saw a LoRA slot held 60 s that way)."""
-    import time
-
-    entry = next(
-        m
-        for m in chat_server.health()["all_models_loaded"]  # type: ignore[union-attr]
-        if m["model_name"] == DEFAULT_MODEL
-    )
-    backend = entry["backend_url"]
     max_tokens = 1900  # the context is 2048: the request could run to its end
     body = {
         "model": DEFAULT_MODEL,
@@ -267,11 +272,8 @@ def test_streaming_client_that_disconnects_cancels_the_generation(
         "ignore_eos": True,
         "stream": True,
     }
-    with httpx.Client(timeout=10, headers=backend_headers(entry["pid"])) as direct:
-
-        def running() -> int:
-            return int(direct.get(backend + "/stats").json()["requests_running"])
-
+    backend = DirectBackend(chat_server)
+    with backend.client:
         with (
             httpx.Client(base_url=chat_server.base_url, timeout=60) as client,
             client.stream("POST", "/v1/completions", json=body) as r,
@@ -280,9 +282,4 @@ def test_streaming_client_that_disconnects_cancels_the_generation(
             for lines, _ in enumerate(r.iter_lines(), 1):
                 if lines >= 10:  # a few tokens in: the client leaves
                     break
-        deadline = time.monotonic() + 30
-        while running() != 0:
-            assert time.monotonic() < deadline, "the backend kept generating for a gone client"
-            time.sleep(0.05)
-        stats = direct.get(backend + "/stats").json()
-        assert stats["output_tokens"] < max_tokens, "the generation was not cancelled"
+        backend.assert_cancelled(max_tokens)
