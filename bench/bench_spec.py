@@ -82,10 +82,11 @@ def start_llama(spec: str | None) -> Server | None:
 
 def burst(
     url: str, workload: str, streams: int, tokens: int, extra: dict[str, Any], first: int = 0
-) -> float:
-    """Tokens a second of `streams` requests at once, stream i asking item `first + i`."""
+) -> tuple[float, list[str]]:
+    """Tokens a second of `streams` requests at once, stream i asking item `first + i`,
+    and the answers."""
 
-    def one(i: int) -> int:
+    def one(i: int) -> tuple[int, str]:
         body = {
             "model": "smol",
             "messages": messages(workload, first + i),
@@ -96,14 +97,32 @@ def burst(
         with httpx.Client(timeout=900) as c:
             r = c.post(url + "/v1/chat/completions", json=body)
             r.raise_for_status()
-            return int(r.json()["usage"]["completion_tokens"])
+            data = r.json()
+            return int(data["usage"]["completion_tokens"]), data["choices"][0]["message"]["content"]
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
-        total = sum(pool.map(one, range(streams)))
-    tps = total / (time.perf_counter() - t0)
+        answers = list(pool.map(one, range(streams)))
+    tps = sum(n for n, _ in answers) / (time.perf_counter() - t0)
     settle()
-    return tps
+    return tps, [text for _, text in answers]
+
+
+def agreement(texts: list[str], reference: list[str]) -> float:
+    """How much of the reference answers `texts` repeat before they part, 0 to 1: servers
+    whose greedy answers part early generated different text, so their tokens a second
+    are not the same work (llama.cpp's rounding differs by batch shape, and a near-tie
+    of a small model goes either way)."""
+    shares = []
+    for a, b in zip(texts, reference, strict=True):
+        if a == b:
+            shares.append(1.0)
+            continue
+        common = next(
+            (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+        )
+        shares.append(min(common / max(len(b), 1), 0.99))
+    return sum(shares) / max(len(shares), 1)
 
 
 def spec_counts(server: Server) -> tuple[int, int, int]:
@@ -160,6 +179,7 @@ def main() -> None:
                 for n in levels:
                     order = names[r % len(names) :] + names[: r % len(names)]
                     row = []
+                    answers: dict[str, list[str]] = {}
                     # --fresh: round r's bursts ask items 2rn.. and (2r+1)n.., new ones
                     warm, measured = (2 * r * n, (2 * r + 1) * n) if args.fresh else (0, 0)
                     for name in order:
@@ -167,7 +187,7 @@ def main() -> None:
                         # caches the prompts (with --fresh, the shared document only)
                         burst(server.url, w, n, args.tokens, extra, warm)
                         before = spec_counts(server) if name == "juggler+spec" else None
-                        tps = burst(server.url, w, n, args.tokens, extra, measured)
+                        tps, answers[name] = burst(server.url, w, n, args.tokens, extra, measured)
                         results[(w, n, name)].append(tps)
                         row.append(f"{name} {tps:6.1f}")
                         if before is not None:
@@ -175,6 +195,11 @@ def main() -> None:
                                 a - b for a, b in zip(spec_counts(server), before, strict=True)
                             )
                             row.append(f"(drafted {drafted}, kept {kept}, {decodes} decodes)")
+                    ref = "llama" if "llama" in answers else "juggler"
+                    same = {x: agreement(t, answers[ref]) for x, t in answers.items() if x != ref}
+                    parted = [f"{x} {share:.0%}" for x, share in same.items() if share < 1.0]
+                    if parted:
+                        row.append(f"[same text as {ref}: " + ", ".join(parted) + "]")
                     print(f"round {r} {w:5s} x{n}: " + "  ".join(row), flush=True)
         report(results, workloads, levels, names)
     finally:
