@@ -136,6 +136,7 @@ class FakeContext:
         self.faults = faults
         self.cells: dict[int, dict[int, int]] = {}
         self.num_removals = 0
+        self.num_copies = 0
         self.num_decodes = 0
         #: Every decoded batch, as its rows, and the adapter it ran with.
         self.decoded: list[list[Row]] = []
@@ -200,6 +201,14 @@ class FakeContext:
         for p in [p for p in cells if lo <= p < hi]:
             del cells[p]
         return True
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        self.num_copies += 1
+        lo, hi = max(p0, 0), (p1 if p1 >= 0 else 1 << 62)
+        into = self.cells.setdefault(dst, {})
+        for p, t in self.cells.get(src, {}).items():
+            if lo <= p < hi:
+                into[p] = t
 
     def seq_state(self, seq_id: int) -> Any | None:
         tokens = self.tokens(seq_id)

@@ -295,6 +295,42 @@ def test_an_idle_worker_parks_a_cached_prefix_and_a_request_sharing_it_restores_
     asyncio.run(go())
 
 
+def test_a_request_sharing_a_running_requests_prefix_starts_on_its_cells() -> None:
+    """Eight clients asking about one document arrive while the first is answering: the
+    cached document went to the first, and the others would prefill it again. The new
+    sequence shares the running one's cells for the common prefix instead."""
+
+    async def go() -> None:
+        rig = Rig(n_ctx=512)
+        doc = (BOS, *b"Shipments from Rotterdam to Lyon, every Monday. " * 2)
+        assert len(doc) >= 64
+        first = rig.sink(max_pending=1000)
+        rig.worker.submit(Complete("a", rig.reply(), (*doc, *b"Q1"), params(40), first, 0.0))
+        sessions = rig.worker.table
+        while not any(s.session_id == "a" and s.generation and s.n_past > len(doc) + 3
+                      for s in sessions.values()):  # fmt: skip
+            await rig.tick()
+        second = rig.sink()
+        prompt = (*doc, *b"Q2")
+        rig.worker.submit(Complete("b", rig.reply(), prompt, params(5), second, 0.0))
+        for _ in range(10):
+            await rig.tick()
+        got = events(second)
+        assert got[-1].kind is EventKind.DONE, got[-1]
+        assert tokens_of_events(got) == greedy(prompt, 5)
+        stats = got[-1].stats
+        assert stats is not None and stats.prompt_tokens_reused == len(doc) + 1  # and "Q"
+        assert rig.ctx.num_copies == 1 and rig.worker.snapshot.num_shares == 1
+        # The first goes on unharmed to its own end.
+        seen: list[StreamEvent] = []
+        while not seen or seen[-1].kind is not EventKind.DONE:
+            await rig.tick()
+            seen += events(first)
+        assert tokens_of_events(seen) == greedy((*doc, *b"Q1"), 40)
+
+    asyncio.run(go())
+
+
 def test_a_generation_that_fills_the_context_ends_alone_and_the_newcomer_runs() -> None:
     """A loaded run saw a request refused with "the KV cache is full" because, at the
     tick it arrived, another stream's generation reached the end of the context: both

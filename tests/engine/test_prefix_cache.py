@@ -10,6 +10,7 @@ from juggler.engine.cache.prefix_cache import (
     cache_budget,
     choose_evictions,
     choose_reuse,
+    choose_share,
     common_prefix_len,
     over_budget,
     prefix_keys,
@@ -47,6 +48,21 @@ def test_a_short_shared_prefix_does_not_cost_a_cached_sequence_its_tail() -> Non
     assert choose_reuse(cached, [4], [1, 2, 3, 9]) == Reuse(0, 3)
     # No free key left: any shared prefix beats starting from nothing.
     assert choose_reuse(cached, [], [1, 9, 9]) == Reuse(0, 1)
+
+
+def test_a_prefix_is_shared_from_the_sequence_holding_the_most_of_it() -> None:
+    doc = tuple(range(100, 200))
+    holders = [
+        CachedSeq(0, (*doc[:70], 1, 2), 5),
+        CachedSeq(1, (*doc, 7, 7), 1),  # running, say: holders need not be cached
+        CachedSeq(2, (*doc, 8), 9, adapter="lora-a"),  # another adapter's KV: never
+    ]
+    prompt = (*doc, 3, 4)
+    assert choose_share(holders, prompt, None, better_than=0) == Reuse(1, 100)
+    assert choose_share(holders, prompt, "lora-a", better_than=0) == Reuse(2, 100)
+    # Not worth it: what the prompt's own sequence keeps is as long, or the prefix short.
+    assert choose_share(holders, prompt, None, better_than=100) == Reuse(None, 0)
+    assert choose_share(holders, (*doc[:40], 5), None, better_than=0) == Reuse(None, 0)
 
 
 def test_cached_cells_are_capped_lru_first_sparing_the_newest() -> None:

@@ -99,6 +99,35 @@ def choose_reuse(
     return Reuse(None, 0)
 
 
+def choose_share(
+    holders: Iterable[CachedSeq],
+    prompt: Sequence[int],
+    adapter: str | None,
+    better_than: int,
+) -> Reuse:
+    """The sequence whose KV holds the longest prefix of `prompt` made with `adapter`,
+    running or cached, to share its cells with the prompt's sequence: `Reuse(key, n)` with
+    `n` the shared tokens when that is at least `MIN_USEFUL_REUSE` and more than
+    `better_than` (what the prompt's own sequence keeps), else `Reuse(None, 0)`.
+
+    Concurrent requests often share a long prefix (one system prompt, one document asked
+    about by eight clients). A cached sequence can be taken over by one request only;
+    without sharing, the other seven would prefill the document again while the first
+    holds it. With a unified KV cache, sharing costs no copy: the cells are tagged with
+    the second sequence too."""
+    best: CachedSeq | None = None
+    best_len = 0
+    for h in holders:
+        if h.adapter != adapter:
+            continue
+        n = common_prefix_len(h.tokens, prompt)
+        if n > best_len:
+            best, best_len = h, n
+    if best is None or best_len < MIN_USEFUL_REUSE or best_len <= better_than:
+        return Reuse(None, 0)
+    return Reuse(best.key, best_len)
+
+
 def over_budget(cached: Iterable[CachedSeq], budget: int, keep: int | None) -> list[int]:
     """Cached sequences to drop, least recently used first, until the cached cells fit in
     `budget`; sequence `keep` (the one that just finished) is never chosen."""

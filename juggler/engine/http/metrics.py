@@ -33,6 +33,7 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
         "decode_calls_total": sum(s.num_decodes for s in snaps),
         "decode_seconds_total": sum(s.decode_s for s in snaps),
         "kv_compactions_total": sum(s.num_compactions for s in snaps),
+        "prefix_shares_total": sum(s.num_shares for s in snaps),
         "parked_sequences": sum(s.num_parked for s in snaps),
         "parked_cells": sum(s.parked_cells for s in snaps),
         "parked_sessions": sum(s.num_parked_sessions for s in snaps),

@@ -101,6 +101,11 @@ class Context:
         self.num_removals += 1
         return bool(C.llama_memory_seq_rm(self.memory, seq_id, p0, p1))
 
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Tag `src`'s cells at positions [p0, p1) with `dst` too (unified KV: shared)."""
+        if self.memory:
+            C.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+
     def seq_state(self, seq_id: int) -> SeqState | None:
         """A copy of one sequence's KV cells (llama.cpp's per-sequence state), or None."""
         size = int(C.llama_state_seq_get_size(self.ptr, seq_id))

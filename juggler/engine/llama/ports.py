@@ -102,6 +102,11 @@ class LlamaContext(Protocol):
         cannot remove a partial range (e.g. sliding-window caches)."""
         ...
 
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Let sequence `dst` share `src`'s cells at positions [p0, p1) (-1: open end):
+        with a unified KV cache the cells are not copied, only tagged with `dst` too."""
+        ...
+
     def seq_state(self, seq_id: int) -> SeqState | None:
         """A copy of one sequence's KV cells, or None."""
         ...

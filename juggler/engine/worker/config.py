@@ -60,6 +60,8 @@ class WorkerSnapshot:
     num_decodes: int = 0
     decode_s: float = 0.0
     num_compactions: int = 0
+    #: Prompts that started on a prefix shared from another sequence's cells.
+    num_shares: int = 0
     num_parked: int = 0
     parked_cells: int = 0
     #: API sessions parked in host memory, and how often sessions were parked / restored.

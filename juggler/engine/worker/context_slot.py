@@ -96,6 +96,9 @@ class ContextSlot:
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         return self.ensure().seq_rm(seq_id, p0, p1)
 
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        self.ensure().seq_cp(src, dst, p0, p1)
+
     def seq_state(self, seq_id: int) -> SeqState | None:
         return self.ensure().seq_state(seq_id)
 

@@ -22,10 +22,12 @@ from juggler.engine.cache.parking import Parked, ParkedStore
 from juggler.engine.cache.prefix_cache import (
     HIT_WINDOW,
     MIN_USEFUL_REUSE,
+    CachedSeq,
     Reuse,
     cache_budget,
     choose_evictions,
     choose_reuse,
+    choose_share,
     over_budget,
 )
 from juggler.engine.cache.spill import SpillStore, size_of
@@ -59,6 +61,8 @@ class KvBook:
         self.parked = ParkedStore(parked_cells)
         self.spill = SpillStore(park_budget_bytes, worker_id)
         self.num_compactions = 0
+        #: Prefixes shared with a new request's sequence (`share`).
+        self.num_shares = 0
         self.num_session_parks = 0
         self.num_session_restores = 0
         self._removals_at_compaction = 0
@@ -177,14 +181,46 @@ class KvBook:
         after restoring a parked prefix into that sequence when it shares more than the
         KV cache offers."""
         reuse = choose_reuse(self.table.cached(), self.table.free_seq_ids(), prompt, adapter)
-        if reuse.key is None:
+        key = reuse.key
+        if key is None:
             return reuse
         found = self.parked.best(prompt, better_than=reuse.keep, adapter=adapter)
         if found is not None:
             entry, shared = found
             keep = min(shared, len(prompt) - 1)
-            reuse = Reuse(reuse.key, keep if self.unpark(entry, reuse.key) else 0)
+            reuse = Reuse(key, keep if self.unpark(entry, key) else 0)
+        holders = [
+            CachedSeq(s.seq_id, tuple(s.tokens), s.last_used, s.adapter_id)
+            for s in self.table.values()
+            if s.has_seq and s.seq_id != key
+        ]
+        # Shared up to the last prompt token at most: its logits are needed afresh.
+        share = choose_share(holders, prompt[:-1], adapter, better_than=reuse.keep)
+        if share.key is not None:
+            self.share(share.key, key, share.keep)
+            reuse = Reuse(key, share.keep)
         return reuse
+
+    def share(self, src: int, dst: int, length: int) -> None:
+        """Sequence `dst` (evicting what it cached) becomes a cached sequence holding the
+        first `length` tokens of sequence `src`, sharing its cells (`prefix_cache.
+        choose_share`). The cells count for both in `used`, so the budget errs on the
+        safe side; a removal from either leaves the other's tags alone."""
+        holder = next(s for s in self.table.values() if s.seq_id == src and s.has_seq)
+        self.evict(dst)
+        self.ctx.seq_cp(src, dst, 0, length)
+        self.num_shares += 1
+        self.table.add(
+            Session(
+                f"shared-{dst}",
+                dst,
+                is_ephemeral=True,
+                state=SessionState.CACHED,
+                tokens=holder.tokens[:length],
+                last_used=holder.last_used,
+                adapter=holder.adapter,
+            )
+        )
 
     def start_ephemeral(
         self,

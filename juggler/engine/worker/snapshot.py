@@ -50,6 +50,7 @@ def take_snapshot(w: WorkerParts) -> WorkerSnapshot:
         num_decodes=w.decoder.num_decodes,
         decode_s=w.decoder.decode_s,
         num_compactions=kv.num_compactions,
+        num_shares=kv.num_shares,
         num_parked=len(parked.entries),
         parked_cells=parked.cells,
         num_parked_sessions=table.num_parked(),
