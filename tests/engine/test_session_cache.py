@@ -152,3 +152,42 @@ def test_a_user_turn_prefills_the_assistant_header_and_generate_starts_at_once(
             ]
     finally:
         b.stop()
+
+
+def test_concurrent_requests_about_one_document_share_its_cells(
+    smol_path: Path, log_dir: Path
+) -> None:
+    """A document asked about by several clients at once is prefilled once: while the
+    first request holds it (running), the others start on its cells, shared, and answer
+    as a lone request would."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    b = start_backend(smol_path, "smol", log_dir, "--parallel", "4", "--ctx-size", "4096")
+    doc = "Shipment SH-7700 left Rotterdam for Lyon with Nordfrakt on a Monday. " * 20
+    try:
+        with b.client() as c:
+
+            def ask(i: int, n: int = 24) -> str:
+                body = {
+                    "messages": [{"role": "user", "content": f"{doc}\nQuestion {i}: where to?"}],
+                    "max_tokens": n,
+                    "temperature": 0,
+                }
+                r = c.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200, r.text
+                return str(r.json()["choices"][0]["message"]["content"])
+
+            ask(0, 2)  # the document is cached once
+            before = b.stats()
+            with ThreadPoolExecutor(3) as pool:
+                answers = list(pool.map(ask, (1, 2, 3)))
+            after = b.stats()
+            assert after["prefix_shares_total"] - before["prefix_shares_total"] >= 1
+            # Three prompts of ~300 tokens: without sharing, two would prefill it all.
+            prefilled = (
+                after["prompt_tokens_prefilled_total"] - before["prompt_tokens_prefilled_total"]
+            )
+            assert prefilled < 3 * 30, prefilled
+            assert all(answers), answers
+    finally:
+        b.stop()
