@@ -173,6 +173,22 @@ def test_the_length_chosen_yields_the_most_tokens_a_second() -> None:
     assert best_length([16.0, 64.0], lengths, linear, rows=1, num_seqs=1) == 64
 
 
+def test_drafts_already_in_the_decode_count_for_what_it_yields() -> None:
+    """Issue 23, 8 streams quoting: each stream sized its draft against a decode holding
+    the others' drafts' rows but yielding only a token a stream, so every draft looked
+    cheap and the batch grew to 40 rows a decode (0.76x of no drafts). Counting what the
+    other drafts are expected to keep, a draft that does not pay on its own does not
+    pay behind theirs either."""
+    cpu = cost_of(0.006, 0.0055)
+    lengths = [8, 16]
+    sure = [5.0, 10.0]  # drafts keeping about two tokens of three
+    # Six streams have proposed 16-token drafts: 8 + 6 * 16 rows.
+    rows = 8 + 6 * 16
+    assert best_length(sure, lengths, cpu, rows=rows, num_seqs=8) > 0  # the old sum
+    assert best_length(sure, lengths, cpu, rows=rows, num_seqs=8, others_kept=6 * 10.0) == 0
+    assert best_length(sure, lengths, cpu, rows=8, num_seqs=8) == 0  # as alone
+
+
 def test_decode_cost_is_learned_per_row_count_and_read_between() -> None:
     """Issue 23: the time of a decode is not linear in its rows on a CPU; the cost is kept
     per bucket of rows as measured, and guessed optimistically past the largest."""

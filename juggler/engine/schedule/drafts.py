@@ -307,20 +307,31 @@ class DecodeCost:
 
 
 def best_length(
-    kept: list[float], lengths: list[int], cost: DecodeCost, *, rows: int, num_seqs: int
+    kept: list[float],
+    lengths: list[int],
+    cost: DecodeCost,
+    *,
+    rows: int,
+    num_seqs: int,
+    others_kept: float = 0.0,
 ) -> int:
     """Of `lengths` (ascending, with `kept[i]` draft tokens expected to be kept of a draft
     `lengths[i]` long), the one that makes the decode yield tokens fastest, or 0 when
     none is faster than no draft.
 
     The decode now has `rows` rows and yields a token for each of its `num_seqs`
-    generating sequences in `seconds(rows)`. A draft of k adds k rows and `kept` tokens.
+    generating sequences, plus `others_kept` from the drafts already in it, in
+    `seconds(rows)`. A draft of k adds k rows and `kept` tokens.
     Whether a draft pays is the same question as whether the time it adds buys its kept
     tokens at a token's share of the decode, `seconds(rows) / num_seqs`; which length
     is best is not: the one that saves the most time in this decode may be longer than
     the one that yields the most tokens a second, where long drafts cost more a row."""
     base = cost.seconds(rows)
-    yielded = max(1, num_seqs)
+    # What the decode yields already: a token for each sequence, and what the drafts that
+    # other sequences proposed for it are expected to keep. Counting their rows but not
+    # their tokens made a batch of eight quoting streams look so slow that every draft
+    # seemed cheap (measured: quote at 8 streams 0.76x of no drafts).
+    yielded = max(1, num_seqs) + others_kept
     best, best_rate = 0, yielded / base
     for k, e in zip(lengths, kept, strict=True):
         rate = (yielded + e) / cost.seconds(rows + k)

@@ -161,7 +161,14 @@ class Generations:
             # drafts proposed this tick (they are cleared once decoded).
             running = self.kv.table.running()
             rows = len(running) + sum(r.num_draft for r in running)
-            draft = g.spec.propose(s.tokens, s.pending, left - 1, self.cost, len(running), rows)
+            others = sum(
+                r.generation.spec.expected_kept
+                for r in running
+                if r.num_draft and r.generation is not None and r.generation.spec is not None
+            )
+            draft = g.spec.propose(
+                s.tokens, s.pending, left - 1, self.cost, len(running), rows, others
+            )
             if draft:
                 s.pending.extend(draft)
                 s.num_draft = len(draft)

@@ -41,6 +41,8 @@ class Speculation:
     since_draft: int = 0
     #: The longest draft this sequence may try now (see `drafts.FIRST_CAP`).
     cap: int = FIRST_CAP
+    #: The tokens the pending draft is expected to keep (0: none pending).
+    expected_kept: float = 0.0
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
     _drafted_branches: list[bool] = field(default_factory=list)
@@ -53,16 +55,19 @@ class Speculation:
         cost: DecodeCost,
         num_seqs: int,
         rows: int | None = None,
+        others_kept: float = 0.0,
     ) -> list[int]:
         """The draft to append after the sampled token (`pending`, after the sequence's
         `tokens`): at most `room` tokens, what the generation and the sequence's cells
         still hold after it (empty: none). The next decode has `rows` rows without it
-        (default: one per generating sequence)."""
+        (default: one per generating sequence), and the drafts already in it are expected
+        to keep `others_kept` tokens."""
         room = min(self.max_len, self.cap, room)
         if room <= 0:
             return []
         self.since_draft += 1
         self._drafted_class = None
+        self.expected_kept = 0.0
         index = self._index(tokens, pending)
         draft, match = index.draft(room)
         if not draft:
@@ -72,18 +77,21 @@ class Speculation:
         lengths = [k for k in LENGTHS if k < len(draft)] + [len(draft)]
         kept = self.survival.kept(cls, branches, lengths)
         rows = num_seqs if rows is None else rows
-        want = best_length(kept, lengths, cost, rows=max(1, rows), num_seqs=num_seqs)
+        want = best_length(
+            kept, lengths, cost, rows=max(1, rows), num_seqs=num_seqs, others_kept=others_kept
+        )
         if want == 0:
             # Now and then one token is tried anyway, so a sequence that starts quoting
             # after a while is noticed and the estimate follows it; not where even a draft
             # token sure to be kept would not pay for its row (many streams on a CPU).
             if self.since_draft < PROBE_EVERY or not best_length(
-                [1.0], [1], cost, rows=max(1, rows), num_seqs=num_seqs
+                [1.0], [1], cost, rows=max(1, rows), num_seqs=num_seqs, others_kept=others_kept
             ):
                 return []
             want = 1
         self.since_draft = 0
         self._drafted_class = cls
+        self.expected_kept = kept[lengths.index(want)] if want in lengths else kept[0]
         self._drafted_branches = branches[:want]
         return draft[:want]
 
@@ -101,6 +109,7 @@ class Speculation:
     def verified(self, drafted: int, accepted: int) -> None:
         """The pending draft was decoded: its first `drafted` tokens (those that fitted
         in the batch), of which the first `accepted` were kept."""
+        self.expected_kept = 0.0
         if self._drafted_class is not None:
             branches = self._drafted_branches[:drafted]
             self.survival.update(self._drafted_class, branches, accepted)
