@@ -91,7 +91,7 @@ class Speculation:
             want = 1
         self.since_draft = 0
         self._drafted_class = cls
-        self.expected_kept = kept[lengths.index(want)] if want in lengths else kept[0]
+        self.expected_kept = kept[lengths.index(want)]  # the probe: lengths[0] == 1
         self._drafted_branches = branches[:want]
         return draft[:want]
 
