@@ -27,6 +27,7 @@ from juggler.engine.schedule.drafts import (
     match_class,
 )
 from juggler.engine.schedule.messages import Complete, RequestDone
+from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from juggler.engine.worker.speculation import Speculation
 from tests.engine.fake_llama import BOS
@@ -217,16 +218,22 @@ def test_drafts_get_logit_rows_only_in_room_the_decoders_leave() -> None:
 
 # -- a worker on the fake --------------------------------------------------------------
 async def generate(
-    rig: Rig, prompt: list[int], n: int, *, temperature: float = 0.0, seed: int | None = None
+    rig: Rig,
+    prompt: list[int],
+    n: int,
+    *,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    request_id: str = "r",
 ) -> tuple[list[int], StreamEvent]:
     sink: StreamSink = rig.sink()
     params = SamplingParams(max_new_tokens=n, temperature=temperature, seed=seed)
-    rig.worker.submit(Complete("r", rig.reply(), tuple(prompt), params, sink, 0.0))
+    rig.worker.submit(Complete(request_id, rig.reply(), tuple(prompt), params, sink, 0.0))
     got: list[StreamEvent] = []
     for _ in range(400):
         await rig.tick()
         got += events(sink)
-        s = rig.worker.table.get("r")
+        s = rig.worker.table.get(request_id)
         if s is not None and s.has_seq:  # the KV holds exactly the session's tokens
             assert rig.ctx.tokens(s.seq_id) == s.tokens
         if got and got[-1].kind is not EventKind.TOKEN:
@@ -363,3 +370,68 @@ def test_a_probe_is_tried_only_where_a_kept_draft_token_would_pay() -> None:
     for rows, seconds in ((1, 0.010), (8, 0.040), (16, 0.120)):
         dear_rows.update(rows, seconds)  # a 9th row costs 10 ms, a token's share is 5
     assert sum(drafts(dear_rows, 8)) == 0
+
+
+# -- drafts from the worker's recent generations (schedule.recall) ---------------------
+def test_recall_drafts_what_an_earlier_generation_said_after_the_same_words() -> None:
+    recall = Recall()
+    recall.add([1, 2, 3, 4], [5, 6, 7, 8, 9])
+    recall.add([20, 21, 22], [23, 24, 25])
+    assert recall.lookup([0, 2, 3, 4, 5], 3) == ([6, 7, 8], 4)  # 2,3,4,5 back
+    # Never past the end of what that generation said, never into the next one.
+    assert recall.lookup([7, 8], 10) == ([], 0)  # shorter than MIN_MATCH
+    assert recall.lookup([6, 7, 8], 10) == ([9], 3)
+    assert recall.lookup([7, 8, 9], 10) == ([], 0)
+    assert recall.lookup([21, 22, 23, 24], 10) == ([25], 4)  # context counts as a match
+    assert recall.lookup([9, 9, 9], 10) == ([], 0)
+
+
+def test_recall_prefers_the_match_reaching_furthest_back_and_forgets_the_oldest() -> None:
+    recall = Recall(max_tokens=40)
+    recall.add([1, 2, 3], [4, 5, 6, 100])
+    recall.add([9, 2, 3], [4, 5, 6, 200])  # more recent, but matches less far back
+    assert recall.lookup([1, 2, 3, 4, 5, 6], 5) == ([100], 6)
+    assert recall.lookup([7, 2, 3, 4, 5, 6], 5) == ([200], 5)  # tie: the most recent
+    for i in range(10):
+        recall.add([50 + i], [60 + i, 61 + i, 62 + i, 63 + i])
+    assert len(recall) <= 40
+    assert recall.lookup([1, 2, 3, 4, 5, 6], 5) == ([], 0)  # forgotten
+    assert recall.lookup([59, 69, 70, 71], 5) == ([72], 4)  # the newest are kept
+
+
+def test_a_sequence_drafts_from_recall_only_where_it_matches_further_back() -> None:
+    recall = Recall()
+    cost = DecodeCost(0.001, 0.0001)  # rows nearly free: drafts as long as allowed
+    said = list(range(100, 140))
+    recall.add([1, 2, 3], said)
+    spec = Speculation(max_len=64, survival=Survival(), recall=recall)
+    # Nothing in the sequence itself matches: the earlier answer is drafted.
+    draft = spec.propose([7, 1, 2, 3], [100], 1000, cost, num_seqs=1)
+    assert draft and draft == said[1 : 1 + len(draft)]
+    # A sequence quoting its own text further back than the recall matches keeps to it.
+    own = [7, 8, 9, 1, 2, 3, 100, 55, 56, 57, 58, 59, 60, 61, 62, 63]
+    quote = Speculation(max_len=64, survival=Survival(), recall=recall)
+    draft = quote.propose([*own, 0, 7, 8, 9, 1, 2, 3], [100], 1000, cost, num_seqs=1)
+    assert draft and draft == own[7 : 7 + len(draft)]
+
+
+def test_a_repeated_request_is_drafted_from_the_answer_given_before() -> None:
+    """Issue 23: llama-server's ngram-mod keeps its n-grams across requests, so a request
+    asked again (a retry, an agent's loop, a benchmark's rounds) is drafted whole. The
+    fake's default rule rarely repeats within a sequence; the same request a second time
+    repeats the first answer, and is drafted from it: same output, far fewer decodes."""
+
+    async def go() -> None:
+        rig = Rig(speculative=True)
+        prompt = [BOS, *b"spell the next letters"]
+        first, _ = await generate(rig, prompt, 60, request_id="one")
+        decodes = rig.ctx.num_decodes
+        second, done = await generate(rig, prompt, 60, request_id="two")
+        assert second == first and len(second) == 60
+        assert rig.ctx.num_decodes - decodes < decodes / 3
+        plain = Rig()
+        want, _ = await generate(plain, prompt, 60)
+        assert want == first
+        assert done.stats is not None and done.stats.output_tokens == 60
+
+    run(go)

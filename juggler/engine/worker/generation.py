@@ -18,6 +18,7 @@ from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogp
 from juggler.engine.schedule.drafts import DecodeCost, Survival
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
+from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
 from juggler.engine.worker.config import Clock
 from juggler.engine.worker.context_slot import ContextSlot
@@ -82,6 +83,8 @@ class Generations:
         self.cost = DecodeCost()
         #: How far drafts are kept on this worker (each generation's estimate starts here).
         self.survival = Survival()
+        #: What this worker's recent generations said (drafts for repeated answers).
+        self.recall = Recall()
 
     def begin(
         self,
@@ -112,7 +115,7 @@ class Generations:
         )
         spec = params.speculative if params.speculative is not None else self.speculative
         if spec:
-            g.spec = Speculation(self.spec_draft_max, Survival(self.survival))
+            g.spec = Speculation(self.spec_draft_max, Survival(self.survival), recall=self.recall)
         s.generation = g
         self.num_begun += 1
         s.state = SessionState.GENERATING
@@ -253,6 +256,9 @@ class Generations:
         if s.num_draft:  # drafts not decoded yet are never input
             del s.pending[-s.num_draft :]
             s.num_draft = 0
+        if g.spec is not None or self.speculative:
+            said = [*s.tokens, *s.pending]
+            self.recall.add(said[: g.prompt_tokens], said[g.prompt_tokens :])
         s.generation = None
         s.num_prefilled = 0
         s.last_used = self.clock.tick

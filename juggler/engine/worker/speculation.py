@@ -3,7 +3,8 @@ acceptance estimate and the cost model are `schedule.drafts`).
 
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
 session (its only pending token): it brings the n-gram index up to what the sequence
-holds, looks up a draft, decides how much of it pays now (`drafts.best_length`, from
+holds, looks up a draft (in the sequence's own tokens and in its worker's memory of
+recent generations, `schedule.recall`, whichever matches further back), decides how much of it pays now (`drafts.best_length`, from
 how often draft tokens like these, after a match that long, plain or after a branch,
 were kept on this sequence and on its worker, and what a decode of that many rows costs
 on this worker) and returns that; `Generations` appends it to the session's `pending`
@@ -28,6 +29,7 @@ from juggler.engine.schedule.drafts import (
     best_length,
     match_class,
 )
+from juggler.engine.schedule.recall import Recall
 
 
 @dataclass(eq=False)
@@ -43,6 +45,8 @@ class Speculation:
     cap: int = FIRST_CAP
     #: The tokens the pending draft is expected to keep (0: none pending).
     expected_kept: float = 0.0
+    #: The worker's memory of recent generations, a second place drafts come from.
+    recall: Recall | None = None
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
     _drafted_branches: list[bool] = field(default_factory=list)
@@ -70,6 +74,10 @@ class Speculation:
         self.expected_kept = 0.0
         index = self._index(tokens, pending)
         draft, match = index.draft(room)
+        if self.recall is not None:
+            recalled, reach = self.recall.lookup(index.tokens, room)
+            if reach > match:  # an earlier generation said this, from further back
+                draft, match = recalled, reach
         if not draft:
             return []
         cls = match_class(match)

@@ -1,0 +1,97 @@
+"""A worker's memory of the text its recent generations produced, a second source of
+speculative drafts beside each sequence's own tokens (`drafts.NgramIndex`). Pure.
+
+Requests repeat across sequences: a client retries or regenerates, an agent asks the
+same tool question each turn, several users ask for the same record, a benchmark
+sends one prompt each round. A sequence's own index cannot see any of that: its
+tokens are its prompt and its own output. So each finished generation's output, with
+the `MAX_MATCH` tokens before it as context, is kept here, the most recent
+`RECALL_TOKENS` tokens of them. A draft looks up the sequence's last tokens in both;
+the match that reaches further back wins (`speculation.Speculation.propose`), so a
+repeated answer is drafted from its earlier copy, while a sequence quoting its own
+document keeps drafting from the document. llama.cpp's `ngram-mod` keeps one hash
+table of n-grams across all requests of a server for the same reason.
+
+Lookups never run across the end of one remembered generation into the next: each is
+stored after a separator that no token equals.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from juggler.engine.schedule.drafts import MAX_CANDIDATES, MAX_MATCH, MIN_MATCH
+
+#: Tokens remembered (outputs and their context); older generations are forgotten.
+RECALL_TOKENS = 32768
+#: Stands between two remembered generations; never a token id.
+_SEP = -1
+
+
+class Recall:
+    def __init__(self, max_tokens: int = RECALL_TOKENS) -> None:
+        self.max_tokens = max_tokens
+        self._docs: deque[list[int]] = deque()
+        self._size = 0
+        self.tokens: list[int] = []
+        self._at: dict[tuple[int, ...], list[int]] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, context: Sequence[int], output: Sequence[int]) -> None:
+        """Remember `output`, which followed `context` (only its last `MAX_MATCH` tokens
+        are kept); the oldest generations are forgotten past `max_tokens`."""
+        if not output:
+            return
+        doc = [*context[-MAX_MATCH:], *output][-self.max_tokens :]
+        self._docs.append(doc)
+        self._size += len(doc)
+        if self._size > self.max_tokens:
+            while self._size > self.max_tokens // 2 and len(self._docs) > 1:
+                self._size -= len(self._docs.popleft())
+            self._rebuild()
+        else:
+            self._index(doc)
+
+    def _rebuild(self) -> None:
+        self.tokens, self._at = [], {}
+        for doc in self._docs:
+            self._index(doc)
+
+    def _index(self, doc: list[int]) -> None:
+        toks, at = self.tokens, self._at
+        toks.append(_SEP)
+        for t in doc:
+            end = len(toks)
+            if end >= MIN_MATCH:
+                key = tuple(toks[end - MIN_MATCH : end])
+                if _SEP not in key:
+                    at.setdefault(key, []).append(end)
+            toks.append(t)
+
+    def lookup(self, tail: Sequence[int], max_len: int) -> tuple[list[int], int]:
+        """What followed the remembered occurrence of `tail`'s last tokens that matches
+        furthest back (ties: the most recent), up to `max_len` tokens and never past the
+        end of its generation, and how far it matches (at most `MAX_MATCH`); ([], 0) if
+        the last `MIN_MATCH` tokens of `tail` were never seen."""
+        n = len(tail)
+        if max_len <= 0 or n < MIN_MATCH:
+            return [], 0
+        found = self._at.get(tuple(tail[n - MIN_MATCH :]))
+        if not found:
+            return [], 0
+        toks = self.tokens
+        best_at, best_len = found[-1], 0
+        for at in reversed(found[-MAX_CANDIDATES:]):
+            limit = min(MAX_MATCH, n, at)
+            k = MIN_MATCH
+            while k < limit and toks[at - k - 1] == tail[n - k - 1]:
+                k += 1
+            if k > best_len:
+                best_at, best_len = at, k
+        draft = toks[best_at : best_at + max_len]
+        if _SEP in draft:
+            draft = draft[: draft.index(_SEP)]
+        return draft, best_len if draft else 0
