@@ -384,6 +384,9 @@ def test_recall_drafts_what_an_earlier_generation_said_after_the_same_words() ->
     assert recall.lookup([7, 8, 9], 10) == ([], 0)
     assert recall.lookup([21, 22, 23, 24], 10) == ([25], 4)  # context counts as a match
     assert recall.lookup([9, 9, 9], 10) == ([], 0)
+    size = len(recall)
+    recall.add([1, 2, 3, 4], [5, 6, 7, 8, 9])  # the same answer again: remembered once
+    assert len(recall) == size
 
 
 def test_recall_prefers_the_match_reaching_furthest_back_and_forgets_the_oldest() -> None:

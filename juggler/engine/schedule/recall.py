@@ -21,10 +21,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from juggler.engine.schedule.drafts import MAX_CANDIDATES, MAX_MATCH, MIN_MATCH
+from juggler.engine.schedule.drafts import MAX_MATCH, MIN_MATCH
 
 #: Tokens remembered (outputs and their context); older generations are forgotten.
 RECALL_TOKENS = 32768
+#: Remembered occurrences of the last `MIN_MATCH` tokens compared, most recent first.
+#: Fewer than a sequence's own index compares: a lookup runs after every sampled token
+#: of every speculative generation, and the memory is mostly other texts.
+RECALL_CANDIDATES = 32
 #: Stands between two remembered generations; never a token id.
 _SEP = -1
 
@@ -33,6 +37,8 @@ class Recall:
     def __init__(self, max_tokens: int = RECALL_TOKENS) -> None:
         self.max_tokens = max_tokens
         self._docs: deque[list[int]] = deque()
+        #: The remembered generations, to remember an answer given again only once.
+        self._seen: set[tuple[int, ...]] = set()
         self._size = 0
         self.tokens: list[int] = []
         self._at: dict[tuple[int, ...], list[int]] = {}
@@ -46,11 +52,17 @@ class Recall:
         if not output:
             return
         doc = [*context[-MAX_MATCH:], *output][-self.max_tokens :]
+        key = tuple(doc)
+        if key in self._seen:
+            return
+        self._seen.add(key)
         self._docs.append(doc)
         self._size += len(doc)
         if self._size > self.max_tokens:
             while self._size > self.max_tokens // 2 and len(self._docs) > 1:
-                self._size -= len(self._docs.popleft())
+                old = self._docs.popleft()
+                self._size -= len(old)
+                self._seen.discard(tuple(old))
             self._rebuild()
         else:
             self._index(doc)
@@ -84,13 +96,15 @@ class Recall:
             return [], 0
         toks = self.tokens
         best_at, best_len = found[-1], 0
-        for at in reversed(found[-MAX_CANDIDATES:]):
+        for at in reversed(found[-RECALL_CANDIDATES:]):
             limit = min(MAX_MATCH, n, at)
             k = MIN_MATCH
             while k < limit and toks[at - k - 1] == tail[n - k - 1]:
                 k += 1
             if k > best_len:
                 best_at, best_len = at, k
+                if k >= MAX_MATCH:  # none further back can match further
+                    break
         draft = toks[best_at : best_at + max_len]
         if _SEP in draft:
             draft = draft[: draft.index(_SEP)]
