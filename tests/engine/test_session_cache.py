@@ -191,3 +191,40 @@ def test_concurrent_requests_about_one_document_share_its_cells(
             assert all(answers), answers
     finally:
         b.stop()
+
+
+def test_a_short_prompt_asked_again_after_a_pause_prefills_only_its_last_token(
+    smol_path: Path, log_dir: Path
+) -> None:
+    """A short prompt asked again (a story prompt, a title request) reuses all of its
+    cached tokens but the last, from the cache and after the idle worker parked them:
+    under 64 shared tokens it used to be prefilled whole every time (118 ms of a 1.4 s
+    story on SmolLM2, where llama-server reused its slot)."""
+    b = start_backend(smol_path, "smol", log_dir, "--ctx-size", "4096")
+    body = {
+        "messages": [{"role": "user", "content": "Tell me a short story about a fox."}],
+        "max_tokens": 40,
+        "temperature": 0,
+    }
+    try:
+        with b.client() as c:
+
+            def ask() -> int:
+                before = b.stats()["prompt_tokens_prefilled_total"]
+                r = c.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200, r.text
+                assert r.json()["choices"][0]["message"]["content"]
+                prefilled = b.stats()["prompt_tokens_prefilled_total"] - before
+                assert isinstance(prefilled, int)
+                return prefilled
+
+            first = ask()
+            assert 8 < first < 64, first  # short: the whole prompt was prefilled
+            assert ask() == 1, "asked again at once: shared from the cached sequence"
+            deadline = time.monotonic() + 10
+            while b.stats()["parked_sequences"] == 0:
+                assert time.monotonic() < deadline, "the idle worker did not park"
+                time.sleep(0.1)  # polling interval
+            assert ask() == 1, "asked again after a pause: restored from the parked copy"
+    finally:
+        b.stop()

@@ -19,7 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from juggler.engine.cache.prefix_cache import MIN_USEFUL_REUSE, common_prefix_len
+from juggler.engine.cache.prefix_cache import (
+    MAX_RESTORE_RATIO,
+    MIN_USEFUL_REUSE,
+    common_prefix_len,
+    worth_reusing,
+)
 from juggler.engine.schedule.messages import AdapterRef
 
 
@@ -60,13 +65,18 @@ class ParkedStore:
     ) -> tuple[Parked, int] | None:
         """The entry (made with `adapter`) sharing the longest prefix with `prompt`, if
         that prefix is longer than `better_than` (what the KV cache already offers) and
-        worth a restore."""
+        worth a restore (`prefix_cache.worth_reusing`; a short one only from an entry not
+        much longer than it, as a restore copies the whole entry)."""
         found: tuple[Parked, int] | None = None
         for p in self.entries:
             if p.adapter_id != adapter:
                 continue
             n = common_prefix_len(p.tokens, prompt)
-            if n > better_than and n >= MIN_USEFUL_REUSE and (found is None or n > found[1]):
+            if n <= better_than or (found is not None and n <= found[1]):
+                continue
+            if n >= MIN_USEFUL_REUSE or (
+                worth_reusing(n, len(prompt)) and n * MAX_RESTORE_RATIO >= len(p.tokens)
+            ):
                 found = (p, n)
         return found
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from juggler.engine.cache.parking import Parked, ParkedStore
 from juggler.engine.cache.prefix_cache import (
     HIT_WINDOW,
-    MIN_USEFUL_REUSE,
+    MIN_SHARED,
     CachedSeq,
     Reuse,
     cache_budget,
@@ -29,6 +29,7 @@ from juggler.engine.cache.prefix_cache import (
     choose_reuse,
     choose_share,
     over_budget,
+    worth_reusing,
 )
 from juggler.engine.cache.spill import SpillStore, size_of
 from juggler.engine.llama.ports import LlamaContext
@@ -243,7 +244,7 @@ class KvBook:
         self.rollback(s, reuse.keep)
         s.num_reused = s.n_past
         self.table.add(s)
-        self.recent_hits.append(s.num_reused >= MIN_USEFUL_REUSE)
+        self.recent_hits.append(worth_reusing(s.num_reused, len(prompt)))
         return s
 
     def _take_cached(self, seq_id: int) -> list[int]:
@@ -270,13 +271,14 @@ class KvBook:
     # -- idle upkeep ----------------------------------------------------------------------
     def park_cached(self) -> None:
         """Move cached prefixes out of the KV cache into the parked store (see `parking`),
-        so they stop widening every decode; tiny ones are just dropped."""
+        so they stop widening every decode; tiny ones (under `MIN_SHARED` tokens) are just
+        dropped."""
         if not self.parked.max_cells:
             return  # parking is off: cached prefixes stay in the KV cache
         for s in list(self.table.values()):
             if s.state is not SessionState.CACHED:
                 continue
-            if len(s.tokens) >= MIN_USEFUL_REUSE:
+            if len(s.tokens) >= MIN_SHARED:
                 state = self.ctx.seq_state(s.seq_id)
                 if state is not None:
                     self.parked.add(Parked(tuple(s.tokens), state, s.last_used, s.adapter))
