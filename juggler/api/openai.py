@@ -174,7 +174,8 @@ class SamplingBody(_Body):
     grammar: StrictStr | None = None
     json_schema: dict[str, Any] | None = None
     #: Juggler's extension: prompt-lookup speculative decoding on or off for this request
-    #: (the output is the same either way; default: the model's `--speculative`).
+    #: (greedy: the same text but where a near-tie parts it, as batching can; default: the
+    #: model's `--speculative`).
     speculative: StrictBool | None = None
     #: Router -> backend only (hidden from the router's OpenAPI document).
     juggler_adapter: SkipJsonSchema[AdapterSpec | None] = None

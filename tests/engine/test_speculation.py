@@ -29,6 +29,7 @@ from juggler.engine.schedule.drafts import (
 from juggler.engine.schedule.messages import Complete, RequestDone
 from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
+from juggler.engine.worker.generation import MAX_RECALLS
 from juggler.engine.worker.speculation import Speculation
 from tests.engine.fake_llama import BOS
 from tests.engine.rig import Rig, events
@@ -436,5 +437,39 @@ def test_a_repeated_request_is_drafted_from_the_answer_given_before() -> None:
         want, _ = await generate(plain, prompt, 60)
         assert want == first
         assert done.stats is not None and done.stats.output_tokens == 60
+
+    run(go)
+
+
+def test_recalled_drafts_are_learned_apart_from_a_sequences_own() -> None:
+    """A worker that served many samples of one prompt sees recalled drafts refused;
+    that must not make a sequence copying its own text stop drafting (a full test run
+    saw a quote go undrafted after such samples)."""
+    worker = Survival()
+    recall = Recall()
+    prompt = list(range(1, 60))
+    recall.add(prompt, list(range(100, 140)))
+    cost = DecodeCost(0.001, 0.0001)
+    for _ in range(20):  # the prompt asked again, every recalled draft refused at once
+        spec = Speculation(max_len=64, survival=Survival(worker), recall=recall)
+        assert spec.propose(prompt, [100], 1000, cost, num_seqs=1)
+        spec.verified(8, 0)
+    far = match_class(64, recalled=True)
+    assert far == match_class(40, recalled=True) != match_class(5, recalled=True)
+    assert far not in {match_class(m) for m in (0, 5, 10, 20, 64)}
+    assert worker.hazards(far)[0] > 0.5
+    for own in (match_class(5), match_class(64)):
+        assert worker.hazards(own) == PRIOR_HAZARD[own], "the own-text estimates are intact"
+
+
+def test_a_worker_remembers_each_adapters_answers_apart() -> None:
+    async def go() -> None:
+        rig = Rig(speculative=True)
+        gens = rig.worker.gens
+        base, lora = gens.recall(None), gens.recall("lora-a")
+        assert base is not lora and gens.recall(None) is base
+        for i in range(MAX_RECALLS):
+            gens.recall(f"other-{i}")
+        assert len(gens.recalls) == MAX_RECALLS and None not in gens.recalls  # LRU
 
     run(go)

@@ -28,6 +28,9 @@ from juggler.engine.worker.session import Generation, Session, SessionState
 from juggler.engine.worker.speculation import Speculation
 from juggler.errors import ContextOverflow, JugglerError, Overloaded
 
+#: Adapters (the base model counts as one) whose recent generations a worker remembers.
+MAX_RECALLS = 4
+
 
 def request_stats(g: Generation, num_prefilled: int) -> RequestStats:
     """What a finished generation did (pure)."""
@@ -83,8 +86,20 @@ class Generations:
         self.cost = DecodeCost()
         #: How far drafts are kept on this worker (each generation's estimate starts here).
         self.survival = Survival()
-        #: What this worker's recent generations said (drafts for repeated answers).
-        self.recall = Recall()
+        #: What this worker's recent generations said (drafts for repeated answers), by
+        #: LoRA adapter: an adapter's answers say little of the base model's.
+        self.recalls: dict[str | None, Recall] = {}
+
+    def recall(self, adapter_id: str | None) -> Recall:
+        """The memory of recent generations run with `adapter_id` (the base: None); the
+        least recently used adapter's is forgotten past `MAX_RECALLS`."""
+        recall = self.recalls.pop(adapter_id, None)
+        if recall is None:
+            recall = Recall()
+        self.recalls[adapter_id] = recall  # most recently used last
+        while len(self.recalls) > MAX_RECALLS:
+            del self.recalls[next(iter(self.recalls))]
+        return recall
 
     def begin(
         self,
@@ -115,7 +130,9 @@ class Generations:
         )
         spec = params.speculative if params.speculative is not None else self.speculative
         if spec:
-            g.spec = Speculation(self.spec_draft_max, Survival(self.survival), recall=self.recall)
+            g.spec = Speculation(
+                self.spec_draft_max, Survival(self.survival), recall=self.recall(s.adapter_id)
+            )
         s.generation = g
         self.num_begun += 1
         s.state = SessionState.GENERATING
@@ -258,7 +275,7 @@ class Generations:
             s.num_draft = 0
         if g.spec is not None or self.speculative:
             said = [*s.tokens, *s.pending]
-            self.recall.add(said[: g.prompt_tokens], said[g.prompt_tokens :])
+            self.recall(s.adapter_id).add(said[: g.prompt_tokens], said[g.prompt_tokens :])
         s.generation = None
         s.num_prefilled = 0
         s.last_used = self.clock.tick

@@ -4,10 +4,11 @@ acceptance estimate and the cost model are `schedule.drafts`).
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
 session (its only pending token): it brings the n-gram index up to what the sequence
 holds, looks up a draft (in the sequence's own tokens and in its worker's memory of
-recent generations, `schedule.recall`, whichever matches further back), decides how much of it pays now (`drafts.best_length`, from
-how often draft tokens like these, after a match that long, plain or after a branch,
-were kept on this sequence and on its worker, and what a decode of that many rows costs
-on this worker) and returns that; `Generations` appends it to the session's `pending`
+recent generations run with the same adapter, `schedule.recall`, whichever matches
+further back), decides how much of it pays now (`drafts.best_length`, from how often
+draft tokens like these, from the same source after a match that long, plain or after a
+branch, were kept on this sequence and on its worker, and what a decode of that many
+rows costs on this worker) and returns that; `Generations` appends it to the session's `pending`
 (`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
 the sampled token and the drafts in one chunk, samples each row in order, and reports
 how many drafts the samples kept (`verified`). It reads token lists only: it knows
@@ -74,13 +75,14 @@ class Speculation:
         self.expected_kept = 0.0
         index = self._index(tokens, pending)
         draft, match = index.draft(room)
+        recalled = False
         if self.recall is not None:
-            recalled, reach = self.recall.lookup(index.tokens, room)
+            said, reach = self.recall.lookup(index.tokens, room)
             if reach > match:  # an earlier generation said this, from further back
-                draft, match = recalled, reach
+                draft, match, recalled = said, reach, True
         if not draft:
             return []
-        cls = match_class(match)
+        cls = match_class(match, recalled)
         branches = index.branches(draft)
         lengths = [k for k in LENGTHS if k < len(draft)] + [len(draft)]
         kept = self.survival.kept(cls, branches, lengths)
