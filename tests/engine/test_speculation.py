@@ -374,17 +374,22 @@ def test_a_probe_is_tried_only_where_a_kept_draft_token_would_pay() -> None:
 
 
 # -- drafts from the worker's recent generations (schedule.recall) ---------------------
+def look(recall: Recall, tail: list[int], max_len: int) -> tuple[list[int], int]:
+    found = recall.lookup(tail, max_len)
+    return found.draft, found.reach
+
+
 def test_recall_drafts_what_an_earlier_generation_said_after_the_same_words() -> None:
     recall = Recall()
     recall.add([1, 2, 3, 4], [5, 6, 7, 8, 9])
     recall.add([20, 21, 22], [23, 24, 25])
-    assert recall.lookup([0, 2, 3, 4, 5], 3) == ([6, 7, 8], 4)  # 2,3,4,5 back
+    assert look(recall, [0, 2, 3, 4, 5], 3) == ([6, 7, 8], 4)  # 2,3,4,5 back
     # Never past the end of what that generation said, never into the next one.
-    assert recall.lookup([7, 8], 10) == ([], 0)  # shorter than MIN_MATCH
-    assert recall.lookup([6, 7, 8], 10) == ([9], 3)
-    assert recall.lookup([7, 8, 9], 10) == ([], 0)
-    assert recall.lookup([21, 22, 23, 24], 10) == ([25], 4)  # context counts as a match
-    assert recall.lookup([9, 9, 9], 10) == ([], 0)
+    assert look(recall, [7, 8], 10) == ([], 0)  # shorter than MIN_MATCH
+    assert look(recall, [6, 7, 8], 10) == ([9], 3)
+    assert look(recall, [7, 8, 9], 10) == ([], 0)
+    assert look(recall, [21, 22, 23, 24], 10) == ([25], 4)  # context counts as a match
+    assert look(recall, [9, 9, 9], 10) == ([], 0)
     size = len(recall)
     recall.add([1, 2, 3, 4], [5, 6, 7, 8, 9])  # the same answer again: remembered once
     assert len(recall) == size
@@ -394,13 +399,13 @@ def test_recall_prefers_the_match_reaching_furthest_back_and_forgets_the_oldest(
     recall = Recall(max_tokens=40)
     recall.add([1, 2, 3], [4, 5, 6, 100])
     recall.add([9, 2, 3], [4, 5, 6, 200])  # more recent, but matches less far back
-    assert recall.lookup([1, 2, 3, 4, 5, 6], 5) == ([100], 6)
-    assert recall.lookup([7, 2, 3, 4, 5, 6], 5) == ([200], 5)  # tie: the most recent
+    assert look(recall, [1, 2, 3, 4, 5, 6], 5) == ([100], 6)
+    assert look(recall, [7, 2, 3, 4, 5, 6], 5) == ([200], 5)  # tie: the most recent
     for i in range(10):
         recall.add([50 + i], [60 + i, 61 + i, 62 + i, 63 + i])
     assert len(recall) <= 40
-    assert recall.lookup([1, 2, 3, 4, 5, 6], 5) == ([], 0)  # forgotten
-    assert recall.lookup([59, 69, 70, 71], 5) == ([72], 4)  # the newest are kept
+    assert look(recall, [1, 2, 3, 4, 5, 6], 5) == ([], 0)  # forgotten
+    assert look(recall, [59, 69, 70, 71], 5) == ([72], 4)  # the newest are kept
 
 
 def test_a_sequence_drafts_from_recall_only_where_it_matches_further_back() -> None:
@@ -473,3 +478,32 @@ def test_a_worker_remembers_each_adapters_answers_apart() -> None:
         assert len(gens.recalls) == MAX_RECALLS and None not in gens.recalls  # LRU
 
     run(go)
+
+
+def test_a_greedy_answer_recalled_for_a_greedy_request_is_a_class_of_its_own() -> None:
+    """A greedy request asked again parts from its earlier greedy answer only at a
+    near-tie; a sampled answer, or one recalled for a sampled request, often at once."""
+    recall = Recall()
+    prompt = list(range(1, 60))
+    recall.add(prompt, list(range(100, 140)), greedy=True)
+    other = list(range(300, 360))
+    recall.add(other, list(range(200, 240)))  # sampled
+    found = recall.lookup(prompt, 8)
+    assert found.greedy and found.draft[:2] == [100, 101] and found.reach >= 40
+    assert not recall.lookup(other, 8).greedy
+    cost = DecodeCost(0.001, 0.0001)
+    classes = set()
+    for greedy, asked in ((True, prompt), (False, prompt), (True, other)):
+        spec = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=greedy)
+        assert spec.propose(asked[:-1], asked[-1:], 1000, cost, num_seqs=1)
+        classes.add(spec._drafted_class)
+    repeat = match_class(64, recalled=True, repeat=True)
+    assert classes == {repeat, match_class(64, recalled=True)}
+    assert PRIOR_HAZARD[repeat][0] < PRIOR_HAZARD[match_class(64, recalled=True)][0]
+    # Forgetting keeps each remembered answer's kind.
+    small = Recall(max_tokens=30)
+    small.add([1, 2, 3], [4, 5, 6, 7], greedy=True)
+    for i in range(5):
+        small.add([50 + i], [60 + i, 61 + i, 62 + i, 63 + i], greedy=i % 2 == 0)
+    assert small.lookup([54, 64, 65], 2).greedy
+    assert not small.lookup([53, 63, 64], 2).greedy

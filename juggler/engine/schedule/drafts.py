@@ -45,10 +45,12 @@ MATCH_CLASSES = (6, 16, 40)
 #: A draft token's chance of being refused (after every one before it was kept) until
 #: drafts of its kind have been seen: for each class of `MATCH_CLASSES`, at a plain
 #: token and at a branch (see `NgramIndex.branches`); then for drafts recalled from
-#: earlier generations (`schedule.recall`), matching less than the longest class and
-#: at least that far back. Recalled drafts are kept apart: their fate says nothing of
-#: a sequence copying its own text (a worker that served 24 samples of one prompt
-#: learned that recalled drafts fail, and must not conclude that quotes do).
+#: earlier generations (`schedule.recall`), matching less than the longest class, at
+#: least that far back, and that far back in a greedy answer drafted for a greedy
+#: request (a request asked again: it parts only at a near-tie). Recalled drafts are
+#: kept apart: their fate says nothing of a sequence copying its own text (a worker that
+#: served 24 samples of one prompt learned that recalled drafts fail, and must not
+#: conclude that quotes do).
 PRIOR_HAZARD = (
     (0.3, 0.5),
     (0.15, 0.35),
@@ -56,6 +58,7 @@ PRIOR_HAZARD = (
     (0.03, 0.2),
     (0.3, 0.5),
     (0.05, 0.25),
+    (0.01, 0.1),
 )
 #: Weight of that prior, in draft tokens seen.
 PRIOR_WEIGHT = 4.0
@@ -170,13 +173,14 @@ class NgramIndex:
         return draft, best_len
 
 
-def match_class(match: int, recalled: bool = False) -> int:
+def match_class(match: int, recalled: bool = False, repeat: bool = False) -> int:
     """The class of a match `match` tokens long in the sequence's own text, or in the
-    worker's memory of earlier generations when `recalled` (an index into
-    `PRIOR_HAZARD`)."""
-    if recalled:
-        return len(MATCH_CLASSES) + 1 + (match >= MATCH_CLASSES[-1])
-    return bisect.bisect_right(MATCH_CLASSES, match)
+    worker's memory of earlier generations when `recalled` (`repeat`: a greedy answer
+    recalled for a greedy request), an index into `PRIOR_HAZARD`."""
+    if not recalled:
+        return bisect.bisect_right(MATCH_CLASSES, match)
+    far = match >= MATCH_CLASSES[-1]
+    return len(MATCH_CLASSES) + 1 + far + (far and repeat)
 
 
 class Survival:

@@ -18,8 +18,10 @@ stored after a separator that no token equals.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from juggler.engine.schedule.drafts import MAX_MATCH, MIN_MATCH
 
@@ -33,12 +35,28 @@ RECALL_CANDIDATES = 32
 _SEP = -1
 
 
+class Recalled(NamedTuple):
+    """A lookup's draft, how far back its match reaches, and whether the generation it
+    comes from was drawn greedily."""
+
+    draft: list[int]
+    reach: int
+    greedy: bool = False
+
+
+NOTHING = Recalled([], 0)
+
+
 class Recall:
     def __init__(self, max_tokens: int = RECALL_TOKENS) -> None:
         self.max_tokens = max_tokens
-        self._docs: deque[list[int]] = deque()
-        #: The remembered generations, to remember an answer given again only once.
-        self._seen: set[tuple[int, ...]] = set()
+        #: The remembered generations, each with whether it was greedy.
+        self._docs: deque[tuple[list[int], bool]] = deque()
+        #: The same, to remember an answer given again only once.
+        self._seen: set[tuple[bool, tuple[int, ...]]] = set()
+        #: Where each indexed generation starts in `tokens`, and whether it was greedy.
+        self._starts: list[int] = []
+        self._greedy: list[bool] = []
         self._size = 0
         self.tokens: list[int] = []
         self._at: dict[tuple[int, ...], list[int]] = {}
@@ -46,35 +64,38 @@ class Recall:
     def __len__(self) -> int:
         return self._size
 
-    def add(self, context: Sequence[int], output: Sequence[int]) -> None:
+    def add(self, context: Sequence[int], output: Sequence[int], greedy: bool = False) -> None:
         """Remember `output`, which followed `context` (only its last `MAX_MATCH` tokens
-        are kept); the oldest generations are forgotten past `max_tokens`."""
+        are kept) and was drawn greedily or not; the oldest generations are forgotten
+        past `max_tokens`."""
         if not output:
             return
         doc = [*context[-MAX_MATCH:], *output][-self.max_tokens :]
-        key = tuple(doc)
+        key = (greedy, tuple(doc))
         if key in self._seen:
             return
         self._seen.add(key)
-        self._docs.append(doc)
+        self._docs.append((doc, greedy))
         self._size += len(doc)
         if self._size > self.max_tokens:
             while self._size > self.max_tokens // 2 and len(self._docs) > 1:
-                old = self._docs.popleft()
+                old, was_greedy = self._docs.popleft()
                 self._size -= len(old)
-                self._seen.discard(tuple(old))
+                self._seen.discard((was_greedy, tuple(old)))
             self._rebuild()
         else:
-            self._index(doc)
+            self._index(doc, greedy)
 
     def _rebuild(self) -> None:
-        self.tokens, self._at = [], {}
-        for doc in self._docs:
-            self._index(doc)
+        self.tokens, self._at, self._starts, self._greedy = [], {}, [], []
+        for doc, greedy in self._docs:
+            self._index(doc, greedy)
 
-    def _index(self, doc: list[int]) -> None:
+    def _index(self, doc: list[int], greedy: bool) -> None:
         toks, at = self.tokens, self._at
         toks.append(_SEP)
+        self._starts.append(len(toks))
+        self._greedy.append(greedy)
         for t in doc:
             end = len(toks)
             if end >= MIN_MATCH:
@@ -83,17 +104,18 @@ class Recall:
                     at.setdefault(key, []).append(end)
             toks.append(t)
 
-    def lookup(self, tail: Sequence[int], max_len: int) -> tuple[list[int], int]:
+    def lookup(self, tail: Sequence[int], max_len: int) -> Recalled:
         """What followed the remembered occurrence of `tail`'s last tokens that matches
         furthest back (ties: the most recent), up to `max_len` tokens and never past the
-        end of its generation, and how far it matches (at most `MAX_MATCH`); ([], 0) if
-        the last `MIN_MATCH` tokens of `tail` were never seen."""
+        end of its generation, how far it matches (at most `MAX_MATCH`) and whether that
+        generation was greedy; nothing if the last `MIN_MATCH` tokens of `tail` were
+        never seen."""
         n = len(tail)
         if max_len <= 0 or n < MIN_MATCH:
-            return [], 0
+            return NOTHING
         found = self._at.get(tuple(tail[n - MIN_MATCH :]))
         if not found:
-            return [], 0
+            return NOTHING
         toks = self.tokens
         best_at, best_len = found[-1], 0
         for at in reversed(found[-RECALL_CANDIDATES:]):
@@ -108,4 +130,7 @@ class Recall:
         draft = toks[best_at : best_at + max_len]
         if _SEP in draft:
             draft = draft[: draft.index(_SEP)]
-        return draft, best_len if draft else 0
+        if not draft:
+            return NOTHING
+        greedy = self._greedy[bisect.bisect_right(self._starts, best_at) - 1]
+        return Recalled(draft, best_len, greedy)

@@ -131,7 +131,10 @@ class Generations:
         spec = params.speculative if params.speculative is not None else self.speculative
         if spec:
             g.spec = Speculation(
-                self.spec_draft_max, Survival(self.survival), recall=self.recall(s.adapter_id)
+                self.spec_draft_max,
+                Survival(self.survival),
+                recall=self.recall(s.adapter_id),
+                greedy=params.temperature <= 0.0,
             )
         s.generation = g
         self.num_begun += 1
@@ -275,7 +278,9 @@ class Generations:
             s.num_draft = 0
         if g.spec is not None or self.speculative:
             said = [*s.tokens, *s.pending]
-            self.recall(s.adapter_id).add(said[: g.prompt_tokens], said[g.prompt_tokens :])
+            self.recall(s.adapter_id).add(
+                said[: g.prompt_tokens], said[g.prompt_tokens :], g.params.temperature <= 0.0
+            )
         s.generation = None
         s.num_prefilled = 0
         s.last_used = self.clock.tick

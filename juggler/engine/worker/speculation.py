@@ -48,6 +48,8 @@ class Speculation:
     expected_kept: float = 0.0
     #: The worker's memory of recent generations, a second place drafts come from.
     recall: Recall | None = None
+    #: Whether this generation draws greedily (a greedy answer recalled is then a repeat).
+    greedy: bool = False
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
     _drafted_branches: list[bool] = field(default_factory=list)
@@ -75,14 +77,15 @@ class Speculation:
         self.expected_kept = 0.0
         index = self._index(tokens, pending)
         draft, match = index.draft(room)
-        recalled = False
+        recalled = repeat = False
         if self.recall is not None:
-            said, reach = self.recall.lookup(index.tokens, room)
-            if reach > match:  # an earlier generation said this, from further back
-                draft, match, recalled = said, reach, True
+            said = self.recall.lookup(index.tokens, room)
+            if said.reach > match:  # an earlier generation said this, from further back
+                draft, match, recalled = said.draft, said.reach, True
+                repeat = said.greedy and self.greedy
         if not draft:
             return []
-        cls = match_class(match, recalled)
+        cls = match_class(match, recalled, repeat)
         branches = index.branches(draft)
         lengths = [k for k in LENGTHS if k < len(draft)] + [len(draft)]
         kept = self.survival.kept(cls, branches, lengths)
