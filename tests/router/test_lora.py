@@ -112,7 +112,7 @@ def test_an_adapter_changes_greedy_output_and_unregistering_restores_it(
         with c.stream(
             "POST",
             f"/v1/sessions/{sid}/generate",
-            json={"max_new_tokens": 12, "temperature": 0},
+            json={"max_new_tokens": 12, "temperature": 0, "speculative": False},
         ) as s:
             text = "".join(
                 json.loads(line[6:]).get("text", "")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from juggler.engine.llama.ports import LlamaModel, Logits
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogprob, token_logprobs
-from juggler.engine.schedule.drafts import DecodeCost, Survival
+from juggler.engine.schedule.drafts import MAX_MATCH, DecodeCost, Survival
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.recall import Recall
@@ -277,10 +277,12 @@ class Generations:
             del s.pending[-s.num_draft :]
             s.num_draft = 0
         if g.spec is not None or self.speculative:
-            said = [*s.tokens, *s.pending]
-            self.recall(s.adapter_id).add(
-                said[: g.prompt_tokens], said[g.prompt_tokens :], g.params.temperature <= 0.0
-            )
+            # The sequence (tokens, then pending) from the context's last `MAX_MATCH`
+            # tokens on: only those are remembered, so a long session is not copied.
+            start = max(0, g.prompt_tokens - MAX_MATCH)
+            said = [*s.tokens[start:], *s.pending[max(0, start - len(s.tokens)) :]]
+            cut = g.prompt_tokens - start
+            self.recall(s.adapter_id).add(said[:cut], said[cut:], g.params.temperature <= 0.0)
         s.generation = None
         s.num_prefilled = 0
         s.last_used = self.clock.tick
