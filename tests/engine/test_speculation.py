@@ -20,6 +20,7 @@ from juggler.engine.schedule.drafts import (
     MIN_CAP,
     PRIOR_HAZARD,
     PROBE_EVERY,
+    REPEAT_CAP,
     DecodeCost,
     NgramIndex,
     Survival,
@@ -507,3 +508,26 @@ def test_a_greedy_answer_recalled_for_a_greedy_request_is_a_class_of_its_own() -
         small.add([50 + i], [60 + i, 61 + i, 62 + i, 63 + i], greedy=i % 2 == 0)
     assert small.lookup([54, 64, 65], 2).greedy
     assert not small.lookup([53, 63, 64], 2).greedy
+
+
+def test_a_repeat_is_bet_on_whole_from_its_first_draft() -> None:
+    """Issue 23: llama-server's ngram-mod drafts 48 to 64 tokens at once, and on a CPU a
+    decode of 64 rows or more costs less a row than a shorter one. A greedy answer
+    recalled for a greedy request after a long match is drafted up to `REPEAT_CAP` from
+    the start, not grown from `FIRST_CAP`; a refusal halves that bound alone, and other
+    drafts keep theirs."""
+    recall = Recall()
+    prompt = list(range(1, 60))
+    said = list(range(100, 200))
+    recall.add(prompt, said, greedy=True)
+    cost = DecodeCost(0.001, 0.0001)  # rows nearly free: drafts as long as allowed
+    spec = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=True)
+    draft = spec.propose(prompt[:-1], prompt[-1:], 1000, cost, num_seqs=1)
+    assert draft == said[:REPEAT_CAP]
+    spec.verified(len(draft), 3)
+    assert spec.repeat_cap == REPEAT_CAP // 2 and spec.cap == FIRST_CAP
+    sampled = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=False)
+    draft = sampled.propose(prompt[:-1], prompt[-1:], 1000, cost, num_seqs=1)
+    assert draft == said[:FIRST_CAP]  # a sampled request may part at once
+    sampled.verified(len(draft), 0)
+    assert sampled.cap == MIN_CAP and sampled.repeat_cap == REPEAT_CAP

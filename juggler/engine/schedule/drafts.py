@@ -60,6 +60,8 @@ PRIOR_HAZARD = (
     (0.05, 0.25),
     (0.01, 0.1),
 )
+#: The class of a greedy answer recalled for a greedy request after a long match.
+REPEAT_CLASS = len(PRIOR_HAZARD) - 1
 #: Weight of that prior, in draft tokens seen.
 PRIOR_WEIGHT = 4.0
 #: Older observations fade by this factor per verified draft of their class.
@@ -74,6 +76,12 @@ LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 #: fifty rows on them.
 FIRST_CAP = 8
 MIN_CAP = 4
+#: A greedy answer recalled for a greedy request after a long match (a request asked
+#: again) is bet on whole from its first draft: it parts only at a near-tie, and on a
+#: CPU a decode of 64 rows or more costs less a row than a shorter one (llama.cpp's
+#: flash attention tiles its query rows from 64 on: `bench/bench_rows.py`). Its own
+#: bound starts here and halves when such a draft is refused, as `FIRST_CAP`'s does.
+REPEAT_CAP = 64
 #: While drafts do not pay, a one-token draft is still tried this often (sampled tokens),
 #: so that a sequence that starts to quote is noticed.
 PROBE_EVERY = 16

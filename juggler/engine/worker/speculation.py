@@ -24,6 +24,8 @@ from juggler.engine.schedule.drafts import (
     LENGTHS,
     MIN_CAP,
     PROBE_EVERY,
+    REPEAT_CAP,
+    REPEAT_CLASS,
     DecodeCost,
     NgramIndex,
     Survival,
@@ -44,6 +46,9 @@ class Speculation:
     since_draft: int = 0
     #: The longest draft this sequence may try now (see `drafts.FIRST_CAP`).
     cap: int = FIRST_CAP
+    #: The same for drafts of a greedy answer recalled for this greedy request (a
+    #: request asked again; see `drafts.REPEAT_CAP`).
+    repeat_cap: int = REPEAT_CAP
     #: The tokens the pending draft is expected to keep (0: none pending).
     expected_kept: float = 0.0
     #: The worker's memory of recent generations, a second place drafts come from.
@@ -52,6 +57,7 @@ class Speculation:
     greedy: bool = False
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
+    _drafted_repeat: bool = False
     _drafted_branches: list[bool] = field(default_factory=list)
 
     def propose(
@@ -69,23 +75,25 @@ class Speculation:
         still hold after it (empty: none). The next decode has `rows` rows without it
         (default: one per generating sequence), and the drafts already in it are expected
         to keep `others_kept` tokens."""
-        room = min(self.max_len, self.cap, room)
+        room = min(self.max_len, room)
         if room <= 0:
             return []
         self.since_draft += 1
         self._drafted_class = None
         self.expected_kept = 0.0
         index = self._index(tokens, pending)
-        draft, match = index.draft(room)
+        draft, match = index.draft(min(room, self.cap))
         recalled = repeat = False
         if self.recall is not None:
             said = self.recall.lookup(index.tokens, room)
             if said.reach > match:  # an earlier generation said this, from further back
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
+        cls = match_class(match, recalled, repeat)
+        repeat = cls == REPEAT_CLASS
+        draft = draft[: self.repeat_cap if repeat else self.cap]
         if not draft:
             return []
-        cls = match_class(match, recalled, repeat)
         branches = index.branches(draft)
         lengths = [k for k in LENGTHS if k < len(draft)] + [len(draft)]
         kept = self.survival.kept(cls, branches, lengths)
@@ -104,6 +112,7 @@ class Speculation:
             want = 1
         self.since_draft = 0
         self._drafted_class = cls
+        self._drafted_repeat = repeat
         self.expected_kept = kept[lengths.index(want)]  # the probe: lengths[0] == 1
         self._drafted_branches = branches[:want]
         return draft[:want]
@@ -128,5 +137,7 @@ class Speculation:
             self.survival.update(self._drafted_class, branches, accepted)
         if accepted >= drafted:
             self.cap = max(self.cap, 2 * drafted)
+        elif self._drafted_repeat:
+            self.repeat_cap = max(MIN_CAP, self.repeat_cap // 2, 2 * accepted)
         else:
             self.cap = max(MIN_CAP, self.cap // 2, 2 * accepted)
