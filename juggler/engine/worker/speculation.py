@@ -57,7 +57,6 @@ class Speculation:
     greedy: bool = False
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
-    _drafted_repeat: bool = False
     _drafted_branches: list[bool] = field(default_factory=list)
 
     def propose(
@@ -90,8 +89,7 @@ class Speculation:
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
         cls = match_class(match, recalled, repeat)
-        repeat = cls == REPEAT_CLASS
-        draft = draft[: self.repeat_cap if repeat else self.cap]
+        draft = draft[: self.repeat_cap if cls == REPEAT_CLASS else self.cap]
         if not draft:
             return []
         branches = index.branches(draft)
@@ -112,7 +110,6 @@ class Speculation:
             want = 1
         self.since_draft = 0
         self._drafted_class = cls
-        self._drafted_repeat = repeat
         self.expected_kept = kept[lengths.index(want)]  # the probe: lengths[0] == 1
         self._drafted_branches = branches[:want]
         return draft[:want]
@@ -137,7 +134,7 @@ class Speculation:
             self.survival.update(self._drafted_class, branches, accepted)
         if accepted >= drafted:
             self.cap = max(self.cap, 2 * drafted)
-        elif self._drafted_repeat:
+        elif self._drafted_class == REPEAT_CLASS:
             self.repeat_cap = max(MIN_CAP, self.repeat_cap // 2, 2 * accepted)
         else:
             self.cap = max(MIN_CAP, self.cap // 2, 2 * accepted)
