@@ -52,6 +52,18 @@ def test_a_short_shared_prefix_does_not_cost_a_cached_sequence_its_tail() -> Non
     assert choose_reuse(cached, [], [1, 9, 9]) == Reuse(0, 1)
 
 
+def test_a_prompt_asked_again_replaces_its_earlier_answer() -> None:
+    """A 41-token story prompt asked again kept each earlier 160-token answer beside the
+    new one: every decode attended over 200 more cells (n_kv 512 instead of 256, about
+    2% a token on SmolLM2), where llama-server reuses its slot."""
+    story = CachedSeq(0, (*range(41), *range(500, 660)), 5)
+    assert choose_reuse([story], [4], range(41)) == Reuse(0, 40)
+    # A prompt that leaves the cached sequence early still keeps it whole.
+    assert choose_reuse([story], [4], (*range(40), 7)) == Reuse(4, 0)
+    # Longer than the cached sequence: a conversation going on, as before.
+    assert choose_reuse([story], [4], (*story.tokens, 9)) == Reuse(0, 201)
+
+
 def test_a_prefix_is_shared_from_the_sequence_holding_the_most_of_it() -> None:
     doc = tuple(range(100, 200))
     holders = [

@@ -88,7 +88,8 @@ def choose_reuse(
     sequence cached with the same adapter wins; ties go to the most recently used. While
     a free key is left, a cached sequence is taken over only if that keeps at least as
     many of its tokens as it throws away (two one-off prompts that happen to share a
-    first token must not cost the older one its cache). Without a useful shared prefix
+    first token must not cost the older one its cache), or if it holds the whole prompt
+    (the prompt asked again: only an earlier answer to it is lost). Without a useful shared prefix
     take a free key, so another conversation's cached prefix survives (the cell budget,
     not this choice, bounds what caching costs), else recycle the least recently used
     cached sequence. `Reuse(None, 0)` means
@@ -105,7 +106,16 @@ def choose_reuse(
         ):
             best, best_len = c, n
     keep = min(best_len, max(0, len(prompt) - 1))
-    if best is not None and keep > 0 and (not free_keys or 2 * keep >= len(best.tokens)):
+    # The whole prompt inside a cached sequence: its tail is an earlier answer to this
+    # very prompt (a retry, a regenerate, a benchmark's repeat), about to be answered
+    # again, so it is replaced as llama-server replaces its slot's. Kept beside the new
+    # sequence it would widen every decode (see the module doc).
+    asked_again = best_len >= len(prompt)
+    if (
+        best is not None
+        and keep > 0
+        and (not free_keys or asked_again or 2 * keep >= len(best.tokens))
+    ):
         return Reuse(best.key, keep)
     if free_keys:
         return Reuse(free_keys[0], 0)
