@@ -78,6 +78,8 @@ class Model:
         self.sep = int(C.llama_vocab_sep(self.vocab))
         self.architecture = self.meta("general.architecture") or "unknown"
         self._pieces: dict[int, bytes] = {}
+        #: Whether each token asked about so far ends generation (asked every token).
+        self._is_eog: dict[int, bool] = {}
         self._eog: tuple[int, ...] | None = None
 
     # -- metadata --------------------------------------------------------------------
@@ -135,12 +137,16 @@ class Model:
         return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
-        return bool(C.llama_vocab_is_eog(self.vocab, token))
+        known = self._is_eog.get(token)
+        if known is None:
+            known = self._is_eog[token] = bool(C.llama_vocab_is_eog(self.vocab, token))
+        return known
 
     def eog_tokens(self) -> tuple[int, ...]:
         """Every end-of-generation token of the vocabulary (computed once)."""
         if self._eog is None:
-            self._eog = tuple(t for t in range(self.n_vocab) if self.is_eog(t))
+            is_eog, vocab = C.llama_vocab_is_eog, self.vocab
+            self._eog = tuple(t for t in range(self.n_vocab) if is_eog(vocab, t))
         return self._eog
 
     # -- per-worker objects (called on the worker thread that will own them) -----------

@@ -21,6 +21,15 @@ from juggler.errors import EngineError, LoadFailed
 POOLING_NONE = C.LLAMA_POOLING_TYPE_NONE
 POOLING_RANK = C.LLAMA_POOLING_TYPE_RANK
 
+#: `llama_get_logits_ith` returning the row's address as an int: its logits are read
+#: through a numpy view made once per address (`Context.logits_view`), not a new array
+#: a token (tens of microseconds of a lone stream's host time per token, issue 23).
+_logits_at = type(C._lib.llama_get_logits_ith)(("llama_get_logits_ith", C._lib))
+_logits_at.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+_logits_at.restype = ctypes.c_void_p
+#: Row views a context keeps (a decode's rows sit at the same addresses every decode).
+_MAX_VIEWS = 1024
+
 
 class Batch:
     """A `llama_batch` of at most `capacity` tokens, each in exactly one sequence."""
@@ -83,6 +92,8 @@ class Context:
         #: A fixed batch thread count (--threads-batch); 0: it follows `set_threads`.
         self.fixed_threads_batch = params.n_threads_batch
         self._adapter: Any = None
+        self._views: dict[int, Any] = {}
+        self._row_type = ctypes.c_float * n_vocab
 
     def decode(self, batch: TokenBatch) -> int:
         """Run the model on the batch; 0 on success (llama_decode's return code)."""
@@ -126,10 +137,22 @@ class Context:
 
     def logits_row(self, row: int) -> Logits:
         """A copy of the logits of batch row `row` of the last decode (numpy float32)."""
-        ptr = C.llama_get_logits_ith(self.ptr, row)
-        if not ptr:
+        return self.logits_view(row).copy()
+
+    def logits_view(self, row: int) -> Any:
+        """The logits of batch row `row` of the last decode, in place (numpy float32):
+        valid until the next decode. A view is kept per address llama.cpp returns; it is
+        only read again when llama.cpp returns that address again, so it is valid then."""
+        addr = _logits_at(self.ptr, row)
+        if not addr:
             raise EngineError(f"llama.cpp returned no logits for batch row {row}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+        view = self._views.get(addr)
+        if view is None:
+            if len(self._views) >= _MAX_VIEWS:
+                self._views.clear()
+            view = np.frombuffer(memoryview(self._row_type.from_address(addr)), np.float32)
+            self._views[addr] = view
+        return view
 
     def set_threads(self, n: int) -> None:
         """Decode with `n` threads from the next decode on (and prefill too, unless the

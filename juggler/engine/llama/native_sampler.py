@@ -114,7 +114,8 @@ class Sampler:
         banned: Sequence[int],
         eog: int,
     ) -> None:
-        self.ctx_ptr: Any = cast(Context, ctx).ptr
+        self.ctx = cast(Context, ctx)
+        self.ctx_ptr: Any = self.ctx.ptr
         self.n_vocab = n_vocab
         self.eog = eog
         self.grammar: Any = parse_grammar(vocab, params.grammar) if params.grammar else None
@@ -183,16 +184,10 @@ class Sampler:
     def sample(self, row: int) -> int:
         """Sample (and accept) a token from the logits of batch row `row`."""
         if self.argmax:
-            ptr = C.llama_get_logits_ith(self.ctx_ptr, row)
-            if not ptr:
-                raise EngineError(f"llama.cpp returned no logits for batch row {row}")
-            return int(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).argmax())
+            return int(self.ctx.logits_view(row).argmax())
         if self.grammar is None:
             return int(C.llama_sampler_sample(self.ptr, self.ctx_ptr, row))
-        ptr = C.llama_get_logits_ith(self.ctx_ptr, row)
-        if not ptr:
-            raise EngineError(f"llama.cpp returned no logits for batch row {row}")
-        return self._constrained(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)))
+        return self._constrained(self.ctx.logits_view(row))
 
     def sample_logits(self, logits: Logits) -> int:
         """Sample (and accept) a token from saved logits, as `sample` does from a row."""

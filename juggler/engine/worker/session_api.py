@@ -204,6 +204,8 @@ class SessionApi:
         A request whose LoRA adapter cannot be loaded (every adapter slot busy) waits;
         requests behind it may pass only if they need no adapter, so adapters take
         turns in arrival order and none starves."""
+        if not self.waiting and not self.pending:
+            return  # nothing waits (every tick of a running generation asks)
         self._expire_waiting()
         self._admit_generates()
         i = 0

@@ -276,22 +276,27 @@ class Worker(OwnerThread):
         run the idle upkeep). When only appended input waits to be prefilled, wait a
         moment for more: a generate usually follows at once, and one decode does both."""
         cfg = self.config
-        waiting_idle = not self.has_work()
+        # Whether there is work, known until a command is applied (it is asked once a
+        # tick: each question walks the sessions, on a lone stream's critical path).
+        busy: bool | None = self.has_work()
+        waiting_idle = not busy
         timeout = cfg.idle_wait_s if waiting_idle else 0.0
         while True:
             if timeout:  # about to block: never sleep on undelivered replies
                 self.outbox.flush()
-            try:
-                cmd = self._inbox.get(timeout=timeout) if timeout else self._inbox.get_nowait()
-            except queue.Empty:
-                if not self.grace_used and self.has_work() and self._only_eager_work():
+            cmd = self._next_command(timeout)
+            if cmd is None:
+                if busy is None:
+                    busy = self.has_work()
+                if not self.grace_used and busy and self._only_eager_work():
                     self.grace_used = True
                     waiting_idle = False
                     timeout = cfg.eager_grace_s
                     continue
-                if waiting_idle and not self.has_work():
+                if waiting_idle and not busy:
                     self.on_idle()
                 return
+            busy = None
             waiting_idle = False
             timeout = 0.0
             self.grace_used = False
@@ -299,6 +304,17 @@ class Worker(OwnerThread):
             self.dispatch(cmd)
             if self.is_stopping:
                 return
+
+    def _next_command(self, timeout: float) -> WorkerCommand | None:
+        """The next queued command, waiting up to `timeout` seconds for one (0: none).
+        Most ticks of a running generation find the inbox empty: that is checked without
+        raising and catching `queue.Empty`."""
+        if not timeout and not self._inbox.qsize():
+            return None
+        try:  # only this thread takes from the inbox: a counted command is there
+            return self._inbox.get(timeout=timeout) if timeout else self._inbox.get_nowait()
+        except queue.Empty:
+            return None
 
     def _only_eager_work(self) -> bool:
         """Only appended input waits, none of it ending in a speculative header (which
