@@ -88,7 +88,10 @@ class StreamSink:
     is_cancelled: bool = False
     is_finished: bool = False
     outbox: Outbox | None = None
-    _held: list[StreamEvent] = field(default_factory=list)
+    #: What a non-incremental sink holds back until its final event.
+    _held_text: list[str] = field(default_factory=list)
+    _held_tokens: list[int] = field(default_factory=list)
+    _held_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     # -- worker thread ---------------------------------------------------------------
     def bind(self, outbox: Outbox) -> None:
@@ -103,27 +106,46 @@ class StreamSink:
     def push(self, event: StreamEvent) -> bool:
         """Queue a token event; False (nothing queued) when the consumer is too far behind."""
         if not self.incremental:
-            self._held.append(event)
+            self._hold(event.text, event.token_ids, event.logprobs)
             return True
         if self.num_sent - self.num_taken >= self.max_pending:
             return False
         self._post(event)
         return True
 
+    def push_token(self, text: str, token: int, logprob: TokenLogprob | None = None) -> bool:
+        """`push` of one token's event; a sink that holds its text back makes none (a
+        lone stream's host time per token, issue 23)."""
+        if not self.incremental:
+            self._held_text.append(text)
+            self._held_tokens.append(token)
+            if logprob is not None:
+                self._held_logprobs.append(logprob)
+            return True
+        lps = (logprob,) if logprob is not None else ()
+        return self.push(StreamEvent(EventKind.TOKEN, text=text, token_ids=(token,), logprobs=lps))
+
+    def _hold(self, text: str, tokens: tuple[int, ...], logprobs: tuple[TokenLogprob, ...]) -> None:
+        self._held_text.append(text)
+        self._held_tokens.extend(tokens)
+        self._held_logprobs.extend(logprobs)
+
     def finish(self, event: StreamEvent) -> None:
         """Queue the final DONE or ERROR event (always accepted) and close the sink."""
         if self.is_finished:
             return
         self.is_finished = True
-        if self._held:
-            held = [*self._held, event]
+        if self._held_text:
+            self._hold(event.text, event.token_ids, event.logprobs)
             event = replace(
                 event,
-                text="".join(e.text for e in held),
-                token_ids=tuple(t for e in held for t in e.token_ids),
-                logprobs=tuple(lp for e in held for lp in e.logprobs),
+                text="".join(self._held_text),
+                token_ids=tuple(self._held_tokens),
+                logprobs=tuple(self._held_logprobs),
             )
-            self._held.clear()
+            self._held_text.clear()
+            self._held_tokens.clear()
+            self._held_logprobs.clear()
         self._post(event)
 
     # -- event loop ------------------------------------------------------------------

@@ -231,14 +231,12 @@ class Generations:
         emit, stopped = g.stop.feed(raw)
         if emit:
             g.text_parts.append(emit)
-        lps = (logprob,) if logprob is not None else ()
-        event = StreamEvent(EventKind.TOKEN, text=emit, token_ids=(token,), logprobs=lps)
         if stopped:
             if emit:
-                g.sink.push(event)
+                g.sink.push_token(emit, token, logprob)
             self.finish(s, "stop")
             return
-        if not g.sink.push(event):
+        if not g.sink.push_token(emit, token, logprob):
             self.finish(
                 s,
                 "error",
