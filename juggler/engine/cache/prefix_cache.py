@@ -89,11 +89,10 @@ def choose_reuse(
     a free key is left, a cached sequence is taken over only if that keeps at least as
     many of its tokens as it throws away (two one-off prompts that happen to share a
     first token must not cost the older one its cache), or if it holds the whole prompt
-    (the prompt asked again: only an earlier answer to it is lost). Without a useful shared prefix
-    take a free key, so another conversation's cached prefix survives (the cell budget,
-    not this choice, bounds what caching costs), else recycle the least recently used
-    cached sequence. `Reuse(None, 0)` means
-    every sequence is busy."""
+    (the prompt asked again: only an earlier answer to it is lost). Without a useful
+    shared prefix take a free key, so another conversation's cached prefix survives (the
+    cell budget, not this choice, bounds what caching costs), else recycle the least
+    recently used cached sequence. `Reuse(None, 0)` means every sequence is busy."""
     best: CachedSeq | None = None
     best_len = 0
     lru: CachedSeq | None = None
