@@ -115,7 +115,6 @@ class Sampler:
         eog: int,
     ) -> None:
         self.ctx = cast(Context, ctx)
-        self.ctx_ptr: Any = self.ctx.ptr
         self.n_vocab = n_vocab
         self.eog = eog
         self.grammar: Any = parse_grammar(vocab, params.grammar) if params.grammar else None
@@ -186,7 +185,7 @@ class Sampler:
         if self.argmax:
             return int(self.ctx.logits_view(row).argmax())
         if self.grammar is None:
-            return int(C.llama_sampler_sample(self.ptr, self.ctx_ptr, row))
+            return int(C.llama_sampler_sample(self.ptr, self.ctx.ptr, row))
         return self._constrained(self.ctx.logits_view(row))
 
     def sample_logits(self, logits: Logits) -> int:

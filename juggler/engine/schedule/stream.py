@@ -116,13 +116,10 @@ class StreamSink:
     def push_token(self, text: str, token: int, logprob: TokenLogprob | None = None) -> bool:
         """`push` of one token's event; a sink that holds its text back makes none (a
         lone stream's host time per token, issue 23)."""
-        if not self.incremental:
-            self._held_text.append(text)
-            self._held_tokens.append(token)
-            if logprob is not None:
-                self._held_logprobs.append(logprob)
-            return True
         lps = (logprob,) if logprob is not None else ()
+        if not self.incremental:
+            self._hold(text, (token,), lps)
+            return True
         return self.push(StreamEvent(EventKind.TOKEN, text=text, token_ids=(token,), logprobs=lps))
 
     def _hold(self, text: str, tokens: tuple[int, ...], logprobs: tuple[TokenLogprob, ...]) -> None:
