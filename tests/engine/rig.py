@@ -17,7 +17,7 @@ from tests.engine.fake_llama import FakeContext, FakeLlama, Faults
 class FixedCost(DecodeCost):
     """A decode cost that stays at its defaults (6 ms + 5.5 ms a row)."""
 
-    def update(self, rows: int, seconds: float) -> None:
+    def update(self, rows: int, seconds: float, depth: float = 0.0) -> None:
         pass
 
 

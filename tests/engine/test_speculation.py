@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.batch import Chunk, SeqWork, schedule
 from juggler.engine.schedule.drafts import (
+    DEPTH_START,
     FIRST_CAP,
     MIN_CAP,
     PRIOR_HAZARD,
@@ -25,6 +26,7 @@ from juggler.engine.schedule.drafts import (
     NgramIndex,
     Survival,
     best_length,
+    depth_band,
     match_class,
 )
 from juggler.engine.schedule.messages import Complete, RequestDone
@@ -209,6 +211,54 @@ def test_decode_cost_is_learned_per_row_count_and_read_between() -> None:
     assert abs(cost.seconds(64) - 0.200) < 1e-6
 
 
+def test_decode_cost_is_kept_per_band_of_depth() -> None:
+    """Issue 23: a row attends to every cell of its sequence, so a decode's time depends
+    on the depth as much as on the rows (2 cores, SmolLM2, `bench/bench_rows.py`: 48 rows
+    take 191 ms after 300 cells and 407 ms after 1,600; 64 rows, which llama.cpp's flash
+    attention tiles, 231 and 370 ms). With one table for every depth a long code prompt's
+    decodes priced a short table quote's recalled drafts at their own cost, and the
+    quote drafted 24 tokens at a time where 64 paid."""
+    assert depth_band(0) == depth_band(DEPTH_START - 1) == 0
+    assert depth_band(DEPTH_START) == 1
+    bands = [depth_band(d) for d in range(0, 20000, 50)]
+    assert bands == sorted(bands) and bands[-1] > bands[len(bands) // 2]
+    assert depth_band(300) != depth_band(900) != depth_band(1600)
+
+    shallow = {1: 0.0116, 24: 0.150, 48: 0.285, 64: 0.330}  # after 900 cells
+    deep = {1: 0.0145, 24: 0.207, 48: 0.407, 64: 0.370}  # after 1,600 cells
+    cost = DecodeCost()
+    for _ in range(10):  # the code prompt's decodes, then the quote's, interleaved
+        for rows in shallow:
+            cost.update(rows, deep[rows], depth=1600)
+            cost.update(rows, shallow[rows], depth=900)
+    for rows in shallow:
+        assert abs(cost.seconds(rows, 900) - shallow[rows]) < 1e-9
+    for rows in (1, 24, 48):
+        assert abs(cost.seconds(rows, 1600) - deep[rows]) < 1e-9
+    # A table never prices more rows below fewer (the 64-row figure reads as the 48's).
+    assert abs(cost.seconds(64, 1600) - deep[48]) < 1e-9
+    # A repeat drafted whole (every token kept): 64 at the quote's own depth.
+    sure = [24.0, 48.0, 64.0]
+    assert best_length(sure, [24, 48, 64], cost, rows=1, num_seqs=1, depth=900) == 64
+
+
+def test_a_depth_seen_first_starts_from_the_nearest_known_one() -> None:
+    """A band of depths never decoded at is priced as the nearest band known (the
+    shallower on a tie), and each of its entries gives way to its first measurement
+    there rather than being averaged with the borrowed figure."""
+    cost = DecodeCost()
+    cost.update(1, 0.010, depth=300)
+    cost.update(32, 0.130, depth=300)
+    cost.update(32, 0.270, depth=1600)
+    between = 600
+    assert depth_band(300) < depth_band(between) < depth_band(1600)
+    assert abs(cost.seconds(32, between) - 0.130) < 1e-9  # borrowed from 300
+    cost.update(32, 0.190, depth=between)
+    assert abs(cost.seconds(32, between) - 0.190) < 1e-9  # replaced, not averaged
+    assert abs(cost.seconds(1, between) - 0.010) < 1e-9  # still the borrowed one
+    assert abs(cost.seconds(32, 300) - 0.130) < 1e-9  # the band lent from is untouched
+
+
 def test_drafts_get_logit_rows_only_in_room_the_decoders_leave() -> None:
     work = [SeqWork(0, 5, True, num_draft=4), SeqWork(1, 1, True), SeqWork(2, 3, True, 2)]
     plan = schedule(work, max_tokens=16, max_prefill_chunk=8, free_cells=100)
@@ -256,6 +306,42 @@ def test_greedy_output_is_identical_with_far_fewer_decodes() -> None:
         # Drafts are sized for tokens a second, not for the longest saving (issue 23).
         assert spec.ctx.num_decodes < plain.ctx.num_decodes / 2.5
         assert done.stats is not None and done.stats.output_tokens == 40
+
+    run(go)
+
+
+def test_drafts_are_priced_at_the_depth_their_rows_attend_to() -> None:
+    """Issue 23: the worker records each decode's time at the cells its rows attend to,
+    and sizes a draft by the time at the depth the next decode will have (the sequence's
+    cells), not at some other prompt's."""
+
+    class Recording(DecodeCost):
+        def __init__(self) -> None:
+            super().__init__()
+            self.updates: list[tuple[int, float]] = []
+            self.asked: list[float] = []
+
+        def update(self, rows: int, seconds: float, depth: float = 0.0) -> None:
+            self.updates.append((rows, depth))
+            super().update(rows, 0.006 + 0.0055 * rows, depth)
+
+        def seconds(self, rows: int, depth: float = 0.0) -> float:
+            self.asked.append(depth)
+            return super().seconds(rows, depth)
+
+    async def go() -> None:
+        rig = Rig(copying=True, speculative=True)
+        cost = rig.worker.gens.cost = Recording()
+        out, _ = await generate(rig, PROMPT, 40)
+        assert len(out) == 40
+        # Decodes of the generated rows only (the prompt's prefill is not a draft's cost),
+        # each at the depth its sequence had: after the prompt, and growing.
+        depths = [d for _, d in cost.updates]
+        assert depths and depths == sorted(depths)
+        assert len(PROMPT) <= depths[0] and depths[-1] < len(PROMPT) + 40
+        assert all(rows >= 1 for rows, _ in cost.updates)
+        assert cost.asked and min(cost.asked) >= len(PROMPT)
+        assert max(cost.asked) <= len(PROMPT) + 40
 
     run(go)
 

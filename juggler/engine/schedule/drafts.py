@@ -29,6 +29,7 @@ model throws away.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable
 
 from juggler.engine.cache.prefix_cache import common_prefix_len
@@ -257,17 +258,29 @@ class Survival:
         return out
 
 
-class DecodeCost:
-    """Decode time by the number of rows, learned from the decodes the worker runs.
+#: Depths (the cells a decode's rows attend to) whose decodes share a cost table: below
+#: `DEPTH_START`, then bands each `DEPTH_RATIO` times the last.
+DEPTH_START = 256
+DEPTH_RATIO = math.sqrt(2.0)
 
-    The time is not a line in rows: on 2 CPU cores with SmolLM2 the second row costs
-    nearly as much as the first (10.8 and 20.6 ms), each further one about 5.5 ms
-    (`bench/bench_rows.py`); on a GPU extra rows are almost free up to a point. So the
-    time is kept per bucket of row counts (`LENGTHS`, then doubling), as decaying
+
+def depth_band(depth: float) -> int:
+    """The band of `depth` cells: 0 below `DEPTH_START`, then 1, 2, ... per ratio."""
+    if depth < DEPTH_START:
+        return 0
+    return 1 + int(math.log(depth / DEPTH_START, DEPTH_RATIO))
+
+
+class RowCosts:
+    """Decode time by the number of rows, at one band of depths (see `DecodeCost`).
+
+    The time is kept per bucket of row counts (`LENGTHS`, then doubling), as decaying
     means of the rows and seconds measured there, and read between buckets by straight
-    lines. Past the largest bucket measured it is extrapolated at half the last slope:
-    an optimistic guess, so that a long draft that may pay is tried once and its bucket
-    measured, rather than never tried because nothing was known."""
+    lines. Past the largest bucket known it is extrapolated at half the last slope: an
+    optimistic guess, so that a long draft that may pay is tried once and its bucket
+    measured, rather than never tried because nothing was known. Entries not measured
+    here (made-up defaults, or borrowed from a neighbouring band) give way to the first
+    measurement of their bucket."""
 
     #: Weight of a new measurement in its bucket's means.
     ALPHA = 0.2
@@ -279,11 +292,21 @@ class DecodeCost:
         # Seeded with two made-up decodes that say the defaults: one real decode replaces
         # the seed of its bucket, and the first real decode of more than one row both.
         self._seeded: set[int] = set()
+        #: Buckets copied from another band: each replaced by its first measurement.
+        self._borrowed: set[int] = set()
         for rows in (1, 9):
             b = self._bucket(rows)
             self._seeded.add(b)
             self._rows[b] = float(rows)
             self._secs[b] = fixed_s + per_row_s * rows
+
+    def borrow(self) -> RowCosts:
+        """A copy whose every entry gives way to the first measurement of its bucket."""
+        copy = RowCosts()
+        copy._rows, copy._secs = dict(self._rows), dict(self._secs)
+        copy._seeded = set(self._seeded)
+        copy._borrowed = set(self._rows) - copy._seeded
+        return copy
 
     @staticmethod
     def _bucket(rows: int) -> int:
@@ -298,8 +321,9 @@ class DecodeCost:
             for seed in self._seeded - {1}:
                 del self._rows[seed], self._secs[seed]
             self._seeded &= {1}
-        if b in self._seeded or b not in self._rows:
+        if b in self._seeded or b in self._borrowed or b not in self._rows:
             self._seeded.discard(b)
+            self._borrowed.discard(b)
             self._rows[b], self._secs[b] = float(rows), seconds
             return
         a = self.ALPHA
@@ -333,6 +357,48 @@ class DecodeCost:
         return t0 + 0.5 * slope * (rows - r0)
 
 
+class DecodeCost:
+    """Decode time by the number of rows and the depth they attend to, learned from the
+    decodes the worker runs.
+
+    The time is not a line in rows: on 2 CPU cores with SmolLM2 the second row costs
+    nearly as much as the first (10.8 and 20.6 ms), each further one about 5.5 ms
+    (`bench/bench_rows.py`); on a GPU extra rows are almost free up to a point. Nor is
+    it the same at every depth: each row attends to every cell of its sequence, and
+    after 300 cells 48 rows take 191 ms, after 1,600 cells 407 ms, while 64 rows (which
+    llama.cpp's flash attention tiles) take 231 and 370 ms. A worker serves prompts of
+    every length; one table for all of them let a long code prompt's decodes price a
+    short table quote's drafts at nearly twice their cost (issue 23: drafts of 24 where
+    64 paid). So each band of depths (`depth_band`) keeps its own `RowCosts`; a band
+    seen for the first time starts from a copy of the nearest band known (the shallower
+    on a tie: the optimistic one), and each entry gives way to its first measurement."""
+
+    def __init__(self, fixed_s: float = 0.006, per_row_s: float = 0.0055) -> None:
+        self._defaults = (fixed_s, per_row_s)
+        self._bands: dict[int, RowCosts] = {}
+
+    def _at(self, depth: float) -> RowCosts:
+        band = depth_band(depth)
+        table = self._bands.get(band)
+        if table is None:
+            if self._bands:
+                near = min(self._bands, key=lambda b: (abs(b - band), b))
+                table = self._bands[near].borrow()
+            else:
+                table = RowCosts(*self._defaults)
+            self._bands[band] = table
+        return table
+
+    def update(self, rows: int, seconds: float, depth: float = 0.0) -> None:
+        """A decode of `rows` rows whose rows attend to `depth` cells on average took
+        `seconds`."""
+        self._at(depth).update(rows, seconds)
+
+    def seconds(self, rows: int, depth: float = 0.0) -> float:
+        """The estimated time of a decode of `rows` rows at `depth` cells."""
+        return self._at(depth).seconds(rows)
+
+
 def best_length(
     kept: list[float],
     lengths: list[int],
@@ -341,6 +407,7 @@ def best_length(
     rows: int,
     num_seqs: int,
     others_kept: float = 0.0,
+    depth: float = 0.0,
 ) -> int:
     """Of `lengths` (ascending, with `kept[i]` draft tokens expected to be kept of a draft
     `lengths[i]` long), the one that makes the decode yield tokens fastest, or 0 when
@@ -348,12 +415,12 @@ def best_length(
 
     The decode now has `rows` rows and yields a token for each of its `num_seqs`
     generating sequences, plus `others_kept` from the drafts already in it, in
-    `seconds(rows)`. A draft of k adds k rows and `kept` tokens.
+    `seconds(rows)` (its rows attending to `depth` cells on average). A draft of k adds k rows and `kept` tokens.
     Whether a draft pays is the same question as whether the time it adds buys its kept
     tokens at a token's share of the decode, `seconds(rows) / num_seqs`; which length
     is best is not: the one that saves the most time in this decode may be longer than
     the one that yields the most tokens a second, where long drafts cost more a row."""
-    base = cost.seconds(rows)
+    base = cost.seconds(rows, depth)
     # What the decode yields already: a token for each sequence, and what the drafts that
     # other sequences proposed for it are expected to keep. Counting their rows but not
     # their tokens made a batch of eight quoting streams look so slow that every draft
@@ -361,7 +428,7 @@ def best_length(
     yielded = max(1, num_seqs) + others_kept
     best, best_rate = 0, yielded / base
     for k, e in zip(lengths, kept, strict=True):
-        rate = (yielded + e) / cost.seconds(rows + k)
+        rate = (yielded + e) / cost.seconds(rows + k, depth)
         if rate > best_rate:
             best, best_rate = k, rate
     return best

@@ -132,8 +132,11 @@ class Decoder:
         self.num_decodes += 1
         self.decode_s += took
         if rc == 0 and all(c.wants_logits and c.num_logits == c.num_tokens for c in chunks):
-            # Only decoding rows (no prompt prefill): what sizes the next drafts.
-            self.gens.cost.update(sum(c.num_tokens for c in chunks), took)
+            # Only decoding rows (no prompt prefill): what sizes the next drafts, by the
+            # cells its rows attend to (`n_past` is still what it was before the decode).
+            n_rows = sum(c.num_tokens for c in chunks)
+            cells = sum(c.num_tokens * by_seq[c.key].n_past for c in chunks)
+            self.gens.cost.update(n_rows, took, cells / n_rows)
         if rc != 0:
             self._on_decode_failed(chunks, by_seq, rc)
             return False

@@ -181,16 +181,19 @@ class Generations:
             # accepted draft also yields one more sampled token), and the sequence's cells.
             left = min(g.max_new_tokens - g.num_generated, self.n_ctx - s.n_past - len(s.pending))
             # The next decode's rows so far: a token for each generating sequence, and the
-            # drafts proposed this tick (they are cleared once decoded).
+            # drafts proposed this tick (they are cleared once decoded), and the cells
+            # those rows attend to (what a row costs depends on it).
             running = self.kv.table.running()
-            rows = len(running) + sum(r.num_draft for r in running)
-            others = sum(
-                r.generation.spec.expected_kept
-                for r in running
-                if r.num_draft and r.generation is not None and r.generation.spec is not None
-            )
+            rows, cells, others = 0, 0, 0.0
+            for r in running:
+                n = 1 + r.num_draft
+                rows += n
+                cells += n * r.n_past
+                if r.num_draft and r.generation is not None and r.generation.spec is not None:
+                    others += r.generation.spec.expected_kept
+            depth = cells / rows if rows else float(s.n_past)
             draft = g.spec.propose(
-                s.tokens, s.pending, left - 1, self.cost, len(running), rows, others
+                s.tokens, s.pending, left - 1, self.cost, len(running), rows, others, depth
             )
             if draft:
                 s.pending.extend(draft)

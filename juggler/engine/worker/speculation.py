@@ -68,12 +68,13 @@ class Speculation:
         num_seqs: int,
         rows: int | None = None,
         others_kept: float = 0.0,
+        depth: float = 0.0,
     ) -> list[int]:
         """The draft to append after the sampled token (`pending`, after the sequence's
         `tokens`): at most `room` tokens, what the generation and the sequence's cells
         still hold after it (empty: none). The next decode has `rows` rows without it
-        (default: one per generating sequence), and the drafts already in it are expected
-        to keep `others_kept` tokens."""
+        (default: one per generating sequence) attending to `depth` cells on average,
+        and the drafts already in it are expected to keep `others_kept` tokens."""
         room = min(self.max_len, room)
         if room <= 0:
             return []
@@ -95,16 +96,16 @@ class Speculation:
         branches = index.branches(draft)
         lengths = [k for k in LENGTHS if k < len(draft)] + [len(draft)]
         kept = self.survival.kept(cls, branches, lengths)
-        rows = num_seqs if rows is None else rows
+        rows = max(1, num_seqs if rows is None else rows)
         want = best_length(
-            kept, lengths, cost, rows=max(1, rows), num_seqs=num_seqs, others_kept=others_kept
+            kept, lengths, cost, rows=rows, num_seqs=num_seqs, others_kept=others_kept, depth=depth
         )
         if want == 0:
             # Now and then one token is tried anyway, so a sequence that starts quoting
             # after a while is noticed and the estimate follows it; not where even a draft
             # token sure to be kept would not pay for its row (many streams on a CPU).
             if self.since_draft < PROBE_EVERY or not best_length(
-                [1.0], [1], cost, rows=max(1, rows), num_seqs=num_seqs, others_kept=others_kept
+                [1.0], [1], cost, rows=rows, num_seqs=num_seqs, others_kept=others_kept, depth=depth
             ):
                 return []
             want = 1
