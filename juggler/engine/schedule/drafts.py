@@ -15,10 +15,10 @@ the model's.
 
 How long a draft pays (`best_length`) depends on the hardware and on the text. Every
 draft row costs compute; each draft token kept saves a later decode's share.
-`DecodeCost` learns the time of a decode by its number of rows from the decodes the
-worker runs (on 2 CPU cores with SmolLM2, `bench/bench_rows.py`: one row 10.8 ms, two
-20.6 ms, then about 5.5 ms a row, 314 ms for 64; on a GPU extra rows are nearly free up
-to a point); `Survival` learns how far drafts are kept, by how far back their match
+`DecodeCost` learns the time of a decode by its number of rows and the depth they attend
+to from the decodes the worker runs (on 2 CPU cores with SmolLM2, `bench/bench_rows.py`:
+one row 10.8 ms, two 20.6 ms, then about 5.5 ms a row, 314 ms for 64; on a GPU extra
+rows are nearly free up to a point); `Survival` learns how far drafts are kept, by how far back their match
 reaches and by whether each draft token follows a branch (a copy in progress is kept to
 its end, a draft from the wrong record fails at its first value). A draft is only
 proposed at the length that yields the most tokens a second, and not at all when none
