@@ -22,6 +22,7 @@ from juggler.engine.schedule.drafts import (
     PRIOR_HAZARD,
     PROBE_EVERY,
     REPEAT_CAP,
+    REPEAT_CLASS,
     DecodeCost,
     NgramIndex,
     Survival,
@@ -257,6 +258,28 @@ def test_a_depth_seen_first_starts_from_the_nearest_known_one() -> None:
     assert abs(cost.seconds(32, between) - 0.190) < 1e-9  # replaced, not averaged
     assert abs(cost.seconds(1, between) - 0.010) < 1e-9  # still the borrowed one
     assert abs(cost.seconds(32, 300) - 0.130) < 1e-9  # the band lent from is untouched
+
+
+def test_a_band_prices_long_drafts_from_its_own_measurements_once_it_has_them() -> None:
+    """A short story served after long prompts starts from their costs, which price every
+    row too dear; a bucket priced too dear is never tried, so never measured (measured:
+    a repeated story drafted 19 decodes' worth where it had drafted 5). Once the band has
+    measured two buckets, past them it guesses from its own slope, optimistically, and
+    a long draft is tried."""
+    cost = DecodeCost()
+    deep = {1: 0.0145, 2: 0.0252, 8: 0.0737, 24: 0.207, 48: 0.407, 64: 0.407}
+    for _ in range(5):
+        for rows, t in deep.items():
+            cost.update(rows, t, depth=1600)
+    story = 42
+    assert abs(cost.seconds(64, story) - deep[64]) < 1e-9  # borrowed, before anything
+    cost.update(1, 0.00945, depth=story)
+    assert abs(cost.seconds(64, story) - deep[64]) < 1e-9  # one bucket: still borrowed
+    cost.update(2, 0.0157, depth=story)
+    guess = 0.0157 + 0.5 * (0.0157 - 0.00945) * 62
+    assert abs(cost.seconds(64, story) - guess) < 1e-9
+    assert best_length([64.0], [64], cost, rows=1, num_seqs=1, depth=story) == 64
+    assert abs(cost.seconds(64, 1600) - deep[64]) < 1e-9  # the deep band keeps its own
 
 
 def test_drafts_get_logit_rows_only_in_room_the_decoders_leave() -> None:
@@ -594,6 +617,39 @@ def test_a_greedy_answer_recalled_for_a_greedy_request_is_a_class_of_its_own() -
         small.add([50 + i], [60 + i, 61 + i, 62 + i, 63 + i], greedy=i % 2 == 0)
     assert small.lookup([54, 64, 65], 2).greedy
     assert not small.lookup([53, 63, 64], 2).greedy
+
+
+def test_a_lone_repeat_is_drafted_whole_even_where_the_costs_favour_less() -> None:
+    """Issue 23: llama.cpp's rounding depends on a decode's rows (one path for one row,
+    another up to 63, a tiled one from 64), so an answer verified in chunks of one size
+    is given again only when asked again in chunks of that size. Cut to what the costs
+    favoured (which moves with the depth and every decode), a story asked again parted
+    from its earlier answer each time (0.62x of drafting it whole). A lone stream's
+    recalled greedy answer is drafted whole once drafting pays at all; beside other
+    streams, where the batch's shape varies anyway, the costs decide."""
+    recall = Recall()
+    prompt = list(range(1, 60))
+    said = list(range(100, 200))
+    recall.add(prompt, said, greedy=True)
+    convex = DecodeCost()  # 24 rows pay best; 64 cost more a row
+    for rows, seconds in ((1, 0.010), (2, 0.019), (25, 0.120), (65, 0.600)):
+        convex.update(rows, seconds)
+    sure = Survival()
+    for _ in range(50):  # every repeat so far kept whole
+        sure.update(REPEAT_CLASS, [False] * 64, 64)
+    assert best_length([24.0, 64.0], [24, 64], convex, rows=1, num_seqs=1) == 24
+
+    def draft(num_seqs: int) -> list[int]:
+        spec = Speculation(max_len=64, survival=Survival(sure), recall=recall, greedy=True)
+        return spec.propose(prompt[:-1], prompt[-1:], 1000, convex, num_seqs=num_seqs)
+
+    assert draft(1) == said[:REPEAT_CAP]
+    assert 0 < len(draft(2)) < REPEAT_CAP
+    slow = DecodeCost()  # each extra row dearer than the first: no draft pays, whole or not
+    for rows, seconds in ((1, 0.010), (2, 0.025), (65, 1.500)):
+        slow.update(rows, seconds)
+    spec = Speculation(max_len=64, survival=Survival(sure), recall=recall, greedy=True)
+    assert spec.propose(prompt[:-1], prompt[-1:], 1000, slow, num_seqs=1) == []
 
 
 def test_a_repeat_is_bet_on_whole_from_its_first_draft() -> None:

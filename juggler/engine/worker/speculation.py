@@ -109,6 +109,10 @@ class Speculation:
             ):
                 return []
             want = 1
+        elif cls == REPEAT_CLASS and num_seqs == 1:
+            # Whole: chunks of one size give the same answer again (`drafts.REPEAT_CAP`).
+            # Beside other streams a batch's shape varies anyway, and rows cost more.
+            want = len(draft)
         self.since_draft = 0
         self._drafted_class = cls
         self.expected_kept = kept[lengths.index(want)]  # the probe: lengths[0] == 1
