@@ -25,6 +25,7 @@ from juggler.engine.schedule.drafts import (
     REPEAT_CLASS,
     DecodeCost,
     NgramIndex,
+    RowCosts,
     Survival,
     best_length,
     depth_band,
@@ -348,9 +349,9 @@ def test_drafts_are_priced_at_the_depth_their_rows_attend_to() -> None:
             self.updates.append((rows, depth))
             super().update(rows, 0.006 + 0.0055 * rows, depth)
 
-        def seconds(self, rows: int, depth: float = 0.0) -> float:
+        def at(self, depth: float) -> RowCosts:
             self.asked.append(depth)
-            return super().seconds(rows, depth)
+            return super().at(depth)
 
     async def go() -> None:
         rig = Rig(copying=True, speculative=True)

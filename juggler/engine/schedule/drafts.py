@@ -18,12 +18,12 @@ draft row costs compute; each draft token kept saves a later decode's share.
 `DecodeCost` learns the time of a decode by its number of rows and the depth they attend
 to from the decodes the worker runs (on 2 CPU cores with SmolLM2, `bench/bench_rows.py`:
 one row 10.8 ms, two 20.6 ms, then about 5.5 ms a row, 314 ms for 64; on a GPU extra
-rows are nearly free up to a point); `Survival` learns how far drafts are kept, by how far back their match
-reaches and by whether each draft token follows a branch (a copy in progress is kept to
-its end, a draft from the wrong record fails at its first value). A draft is only
-proposed at the length that yields the most tokens a second, and not at all when none
-saves, so open-ended text, where drafts are rarely right, does not pay for rows the
-model throws away.
+rows are nearly free up to a point); `Survival` learns how far drafts are kept, by how
+far back their match reaches and by whether each draft token follows a branch (a copy
+in progress is kept to its end, a draft from the wrong record fails at its first
+value). A draft is only proposed at the length that yields the most tokens a second,
+and not at all when none saves, so open-ended text, where drafts are rarely right,
+does not pay for rows the model throws away.
 """
 
 from __future__ import annotations
@@ -83,12 +83,12 @@ MIN_CAP = 4
 #: flash attention tiles its query rows from 64 on: `bench/bench_rows.py`). Its own
 #: bound starts here and halves when such a draft is refused, as `FIRST_CAP`'s does.
 #: For a lone stream, whenever drafting pays at all, such a draft is taken whole (up to
-#: that bound), not cut to the length the costs favour: llama.cpp's rounding depends on the rows of a
-#: decode (its flash attention takes one path for one row, another up to 63, a third,
-#: tiled, from 64), so an answer verified in chunks of one size is given again only
-#: when asked again in chunks of that size. Cut by the costs (which move with the
-#: depth and with every decode), a story asked four times parted from its earlier
-#: answer each time and ran 0.62x as fast as when it was drafted whole.
+#: that bound), not cut to the length the costs favour: llama.cpp's rounding depends on
+#: the rows of a decode (its flash attention takes one path for one row, another up to
+#: 63, a third, tiled, from 64), so an answer verified in chunks of one size is given
+#: again only when asked again in chunks of that size. Cut by the costs (which move
+#: with the depth and with every decode), a story asked four times parted from its
+#: earlier answer each time and ran 0.62x as fast as when it was drafted whole.
 REPEAT_CAP = 64
 #: While drafts do not pay, a one-token draft is still tried this often (sampled tokens),
 #: so that a sequence that starts to quote is noticed.
@@ -388,7 +388,8 @@ class DecodeCost:
         self._defaults = (fixed_s, per_row_s)
         self._bands: dict[int, RowCosts] = {}
 
-    def _at(self, depth: float) -> RowCosts:
+    def at(self, depth: float) -> RowCosts:
+        """The table of decodes whose rows attend to `depth` cells on average."""
         band = depth_band(depth)
         table = self._bands.get(band)
         if table is None:
@@ -403,11 +404,11 @@ class DecodeCost:
     def update(self, rows: int, seconds: float, depth: float = 0.0) -> None:
         """A decode of `rows` rows whose rows attend to `depth` cells on average took
         `seconds`."""
-        self._at(depth).update(rows, seconds)
+        self.at(depth).update(rows, seconds)
 
     def seconds(self, rows: int, depth: float = 0.0) -> float:
         """The estimated time of a decode of `rows` rows at `depth` cells."""
-        return self._at(depth).seconds(rows)
+        return self.at(depth).seconds(rows)
 
 
 def best_length(
@@ -426,12 +427,14 @@ def best_length(
 
     The decode now has `rows` rows and yields a token for each of its `num_seqs`
     generating sequences, plus `others_kept` from the drafts already in it, in
-    `seconds(rows)` (its rows attending to `depth` cells on average). A draft of k adds k rows and `kept` tokens.
+    `seconds(rows)` (its rows attending to `depth` cells on average). A draft of k adds
+    k rows and `kept` tokens.
     Whether a draft pays is the same question as whether the time it adds buys its kept
     tokens at a token's share of the decode, `seconds(rows) / num_seqs`; which length
     is best is not: the one that saves the most time in this decode may be longer than
     the one that yields the most tokens a second, where long drafts cost more a row."""
-    base = cost.seconds(rows, depth)
+    table = cost.at(depth)  # one band for every length weighed
+    base = table.seconds(rows)
     # What the decode yields already: a token for each sequence, and what the drafts that
     # other sequences proposed for it are expected to keep. Counting their rows but not
     # their tokens made a batch of eight quoting streams look so slow that every draft
@@ -439,7 +442,7 @@ def best_length(
     yielded = max(1, num_seqs) + others_kept
     best, best_rate = 0, yielded / base
     for k, e in zip(lengths, kept, strict=True):
-        rate = (yielded + e) / cost.seconds(rows + k, depth)
+        rate = (yielded + e) / table.seconds(rows + k)
         if rate > best_rate:
             best, best_rate = k, rate
     return best
