@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.messages import Complete
@@ -79,5 +80,62 @@ def test_each_logit_row_goes_to_the_session_that_owns_it() -> None:
         assert [r.logits for r in first].count(True) == 3, "logits only for last prompt rows"
         for prompt, sink in zip(prompts, sinks, strict=True):
             assert generated(sink) == greedy(prompt, 6)
+
+    asyncio.run(go())
+
+
+def test_a_lone_stream_decodes_without_planning_until_a_command_comes() -> None:
+    """A stream decoding alone gets the same one-row decodes without the planning step
+    (issue 23: a lone stream's host time per token); a new request ends that at once and
+    is batched beside it from the next tick."""
+
+    async def go() -> None:
+        rig = Rig(n_batch=64)
+        decoder = rig.worker.decoder
+        planned = 0
+        run = decoder.run
+
+        def counting_run(tick: int) -> Any:
+            nonlocal planned
+            planned += 1
+            return run(tick)
+
+        decoder.run = counting_run  # type: ignore[method-assign]
+        first_prompt = [BOS, *b"hi"]
+        first = submit_complete(rig, "first", first_prompt, 40)
+        await rig.tick(3)
+        assert decoder.lone is rig.worker.table.get("first")
+        planned, before = 0, rig.ctx.num_decodes
+        await rig.tick(5)
+        assert planned == 0, "a lone stream's ticks skip the planning"
+        assert [len(b) for b in rig.ctx.decoded[before:]] == [1] * 5
+
+        second_prompt = [BOS, *b"yo"]
+        second = submit_complete(rig, "second", second_prompt, 4)
+        before = rig.ctx.num_decodes
+        await rig.tick(3)
+        assert planned == 3 and decoder.lone is None
+        seqs = [{r.seq_id for r in b} for b in rig.ctx.decoded[before:]]
+        assert all(len(s) == 2 for s in seqs), "the new request is batched beside it"
+        await rig.tick(4)
+        assert generated(second) == greedy(second_prompt, 4)
+        await rig.tick(40)
+        assert generated(first) == greedy(first_prompt, 40)
+
+    asyncio.run(go())
+
+
+def test_a_lone_stream_is_still_cancelled_and_ended_on_time() -> None:
+    async def go() -> None:
+        rig = Rig(n_batch=64)
+        sink = submit_complete(rig, "r", [BOS, *b"hi"], 40)
+        await rig.tick(4)
+        assert rig.worker.decoder.lone is not None
+        sink.cancel()
+        await rig.tick()
+        got = events(sink)
+        assert got[-1].kind is EventKind.DONE and got[-1].finish_reason == "cancelled"
+        session = rig.worker.table.get("r")
+        assert session is None or session.generation is None
 
     asyncio.run(go())

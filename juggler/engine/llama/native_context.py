@@ -38,6 +38,11 @@ class Batch:
         self.capacity = capacity
         self.raw: Any = C.llama_batch_init(capacity, 0, 1)
         self.n_tokens = 0
+        # The arrays llama_batch_init allocated, each read off the struct once (a ctypes
+        # field read makes a new pointer object: five a token, on a lone stream's path).
+        raw = self.raw
+        self._token, self._pos, self._n_seq_id = raw.token, raw.pos, raw.n_seq_id
+        self._seq_id, self._logits = raw.seq_id, raw.logits
 
     def clear(self) -> None:
         self.n_tokens = 0
@@ -45,12 +50,11 @@ class Batch:
     def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
         """Append one token; returns its row index (the index logits are read by)."""
         i = self.n_tokens
-        raw = self.raw
-        raw.token[i] = token
-        raw.pos[i] = pos
-        raw.n_seq_id[i] = 1
-        raw.seq_id[i][0] = seq_id
-        raw.logits[i] = logits
+        self._token[i] = token
+        self._pos[i] = pos
+        self._n_seq_id[i] = 1
+        self._seq_id[i][0] = seq_id
+        self._logits[i] = logits
         self.n_tokens = i + 1
         return i
 

@@ -24,6 +24,9 @@ The loop, once per tick (`step`):
 8. Flush the outbox: one event-loop wake-up delivers every stream's new text (replies
    to commands are also flushed after step 1 and before the decode, and always before
    the thread sleeps).
+A stream decoding alone, with no command in the inbox, skips steps 1 to 5: its next tick
+is the same one chunk (its token and drafts), so `Decoder.run_lone` decodes it at once
+(any command, and anything that changes the chunk, brings the full tick back).
 An idle worker (nothing to do for `idle_wait_s`) parks its cached prefixes and compacts
 its KV cells; see `kv`.
 """
@@ -223,7 +226,15 @@ class Worker(OwnerThread):
         )
 
     def step(self) -> None:
-        """One tick of the loop (see the module doc); steps 2 to 7 are the `Decoder`'s."""
+        """One tick of the loop (see the module doc); steps 2 to 7 are the `Decoder`'s.
+        While one stream runs alone and no command comes, its tick skips the planning
+        (`Decoder.run_lone`)."""
+        lone = self.decoder.lone_ready() if not self._inbox.qsize() else None
+        if lone is not None:
+            self.clock.tick += 1
+            self.decoder.run_lone(lone)
+            self._publish_if_changed()
+            return
         self._take_commands()  # 1.
         if self.is_stopping:
             return
@@ -324,6 +335,7 @@ class Worker(OwnerThread):
     def dispatch(self, cmd: WorkerCommand) -> None:
         """Apply one command: the one place a worker dispatches on a command's kind."""
         self.num_dispatched += 1
+        self.decoder.lone = None  # a command may change what runs: plan the next tick
         try:
             match cmd:
                 case Shutdown():
