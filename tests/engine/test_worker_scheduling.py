@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.schedule.messages import Complete
+from juggler.engine.schedule.messages import Complete, Notice, RequestDone
 from juggler.engine.schedule.stream import EventKind, StreamSink
 from tests.engine.fake_llama import BOS, greedy
 from tests.engine.rig import Rig, events
@@ -137,5 +137,30 @@ def test_a_lone_stream_is_still_cancelled_and_ended_on_time() -> None:
         assert got[-1].kind is EventKind.DONE and got[-1].finish_reason == "cancelled"
         session = rig.worker.table.get("r")
         assert session is None or session.generation is None
+
+    asyncio.run(go())
+
+
+def test_a_finished_request_reaches_the_loop_before_the_snapshot_that_shows_it_ended() -> None:
+    """/metrics reads a worker's snapshot (requests running) beside the master's totals
+    (filled by each `RequestDone`): a scrape between the two once saw no request running
+    and the first-token histogram one short. The snapshot now travels behind the notice."""
+
+    async def go() -> None:
+        rig = Rig(n_batch=64)
+        running_when_done: list[int] = []
+        deliver = rig.worker._deliver
+
+        def watching(notice: Notice) -> None:
+            if isinstance(notice, RequestDone):
+                running_when_done.append(rig.worker.snapshot.num_running)
+            deliver(notice)
+
+        rig.worker._deliver = watching
+        sink = submit_complete(rig, "r", [BOS, *b"hi"], 5)
+        await rig.tick(8)
+        assert events(sink)[-1].kind is EventKind.DONE
+        assert running_when_done == [1], "the loop saw it ended before its stats came"
+        assert rig.worker.snapshot.num_running == 0
 
     asyncio.run(go())

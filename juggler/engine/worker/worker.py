@@ -59,7 +59,7 @@ from juggler.engine.schedule.messages import (
 from juggler.engine.threads import ThreadGovernor
 from juggler.engine.worker import slots
 from juggler.engine.worker.adapters import AdapterSet, can_run, drop_unregistered
-from juggler.engine.worker.config import Clock, WorkerConfig
+from juggler.engine.worker.config import Clock, WorkerConfig, WorkerSnapshot
 from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.decoder import Decoder, Outcome
 from juggler.engine.worker.downsize import SoftIdle
@@ -118,6 +118,8 @@ class Worker(OwnerThread):
         self.num_dispatched = 0
         self._published_key: tuple[int, ...] = ()
         self._published_at = 0.0
+        #: The last snapshot taken, as this thread sees it (the loop's is `snapshot`).
+        self.own_snapshot = self.snapshot
 
     # -- lifecycle (the worker thread) ---------------------------------------------------
     def open(self) -> None:
@@ -191,7 +193,7 @@ class Worker(OwnerThread):
             self.step()
             self.outbox.flush()
             self.progress_at = time.monotonic()
-            snap = self.snapshot
+            snap = self.own_snapshot
             self.holds_work = bool(snap.num_running or snap.num_waiting) or self.has_commands()
 
     def close(self) -> None:
@@ -278,8 +280,18 @@ class Worker(OwnerThread):
         self.publish()
 
     def publish(self) -> None:
-        """Replace the snapshot the event loop reads for /stats and /metrics."""
-        self.snapshot = take_snapshot(self)
+        """Replace the snapshot the event loop reads for /stats and /metrics. It travels
+        through the outbox, behind everything queued before it: a snapshot that shows a
+        request ended never reaches the loop before that request's `RequestDone` (whose
+        stats /metrics reads beside it), so no scrape sees one without the other (a
+        scrape did: no request running, and the first-token histogram one short)."""
+        snap = take_snapshot(self)
+        self.own_snapshot = snap
+        self.outbox.call(self._show, snap)
+
+    def _show(self, snap: WorkerSnapshot) -> None:
+        """On the event loop: the snapshot it reads from now on."""
+        self.snapshot = snap
 
     # -- commands --------------------------------------------------------------------------
     def _take_commands(self) -> None:
