@@ -171,7 +171,7 @@ class Decoder:
                 if not c.wants_logits or c.num_logits != c.num_tokens:
                     break
                 n_rows += c.num_tokens
-                cells += c.num_tokens * len(by_seq[c.key].tokens)
+                cells += c.num_tokens * by_seq[c.key].n_past
             else:
                 self.gens.cost.update(n_rows, took, cells / n_rows)
         if rc != 0:
