@@ -631,7 +631,7 @@ def test_a_lone_repeat_is_drafted_whole_even_where_the_costs_favour_less() -> No
     recall = Recall()
     prompt = list(range(1, 60))
     said = list(range(100, 200))
-    recall.add(prompt, said, greedy=True)
+    recall.add(prompt, said, greedy=True, lone=True)
     convex = DecodeCost()  # 24 rows pay best; 64 cost more a row
     for rows, seconds in ((1, 0.010), (2, 0.019), (25, 0.120), (65, 0.600)):
         convex.update(rows, seconds)
@@ -646,6 +646,11 @@ def test_a_lone_repeat_is_drafted_whole_even_where_the_costs_favour_less() -> No
 
     assert draft(1) == said[:REPEAT_CAP]
     assert 0 < len(draft(2)) < REPEAT_CAP
+    # An answer given beside other streams was verified in other shapes: the costs decide.
+    crowded = Recall()
+    crowded.add(prompt, said, greedy=True, lone=False)
+    spec = Speculation(max_len=64, survival=Survival(sure), recall=crowded, greedy=True)
+    assert len(spec.propose(prompt[:-1], prompt[-1:], 1000, convex, num_seqs=1)) == 24
     slow = DecodeCost()  # each extra row dearer than the first: no draft pays, whole or not
     for rows, seconds in ((1, 0.010), (2, 0.025), (65, 1.500)):
         slow.update(rows, seconds)
@@ -662,7 +667,7 @@ def test_a_repeat_is_bet_on_whole_from_its_first_draft() -> None:
     recall = Recall()
     prompt = list(range(1, 60))
     said = list(range(100, 200))
-    recall.add(prompt, said, greedy=True)
+    recall.add(prompt, said, greedy=True, lone=True)
     cost = DecodeCost(0.001, 0.0001)  # rows nearly free: drafts as long as allowed
     spec = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=True)
     draft = spec.propose(prompt[:-1], prompt[-1:], 1000, cost, num_seqs=1)
@@ -674,3 +679,32 @@ def test_a_repeat_is_bet_on_whole_from_its_first_draft() -> None:
     assert draft == said[:FIRST_CAP]  # a sampled request may part at once
     sampled.verified(len(draft), 0)
     assert sampled.cap == MIN_CAP and sampled.repeat_cap == REPEAT_CAP
+
+
+def test_a_lone_stream_recalls_the_answer_a_lone_stream_gave() -> None:
+    """Issue 23: a greedy answer is given again exactly only when verified in decodes
+    shaped as before (`schedule.recall`). Where an answer given alone and one given beside
+    other streams match as far back, a lone greedy request drafts the lone one (whole),
+    though the other is more recent; a request beside others, or a sampled one, takes the
+    most recent. A generation is lone while every decode it proposed for had it alone."""
+    prompt = list(range(1, 60))
+    alone, crowded = list(range(100, 200)), list(range(100, 110)) + list(range(300, 390))
+    recall = Recall()
+    recall.add(prompt, alone, greedy=True, lone=True)
+    recall.add(prompt, crowded, greedy=True, lone=False)
+    found = recall.lookup(prompt, 64, prefer_lone=True)
+    assert found.draft == alone[:64] and found.lone and found.greedy
+    assert recall.lookup(prompt, 64).draft == crowded[:64]
+    assert not recall.lookup(prompt, 64).lone
+    cost = DecodeCost(0.001, 0.0001)
+    spec = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=True)
+    assert spec.propose(prompt[:-1], prompt[-1:], 1000, cost, num_seqs=1) == alone[:REPEAT_CAP]
+    assert spec.lone
+    beside = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=True)
+    assert beside.propose(prompt[:-1], prompt[-1:], 1000, cost, num_seqs=2)[:11] == crowded[:11]
+    assert not beside.lone
+    # The same answer given alone after it was given beside others is remembered as lone.
+    again = Recall()
+    again.add(prompt, crowded, greedy=True, lone=False)
+    again.add(prompt, crowded, greedy=True, lone=True)
+    assert again.lookup(prompt, 8, prefer_lone=True).lone

@@ -283,7 +283,10 @@ class Generations:
             start = max(0, g.prompt_tokens - MAX_MATCH)
             said = [*s.tokens[start:], *s.pending[max(0, start - len(s.tokens)) :]]
             cut = g.prompt_tokens - start
-            self.recall(s.adapter_id).add(said[:cut], said[cut:], g.params.temperature <= 0.0)
+            lone = g.spec is not None and g.spec.lone
+            self.recall(s.adapter_id).add(
+                said[:cut], said[cut:], g.params.temperature <= 0.0, lone=lone
+            )
         s.generation = None
         s.num_prefilled = 0
         s.last_used = self.clock.tick

@@ -8,8 +8,8 @@ recent generations run with the same adapter, `schedule.recall`, whichever match
 further back), decides how much of it pays now (`drafts.best_length`, from how often
 draft tokens like these, from the same source after a match that long, plain or after a
 branch, were kept on this sequence and on its worker, and what a decode of that many
-rows costs on this worker at this depth; a lone stream's recalled greedy answer is taken
-whole) and returns that; `Generations` appends it to the session's `pending`
+rows costs on this worker at this depth; a lone stream's recalled greedy answer, given
+by a lone stream too, is taken whole) and returns that; `Generations` appends it to the session's `pending`
 (`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
 the sampled token and the drafts in one chunk, samples each row in order, and reports
 how many drafts the samples kept (`verified`). It reads token lists only: it knows
@@ -56,6 +56,8 @@ class Speculation:
     recall: Recall | None = None
     #: Whether this generation draws greedily (a greedy answer recalled is then a repeat).
     greedy: bool = False
+    #: Whether every decode so far had this sequence alone (`recall`'s lone answers).
+    lone: bool = True
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
     _drafted_branches: list[bool] = field(default_factory=list)
@@ -82,14 +84,17 @@ class Speculation:
         self.since_draft += 1
         self._drafted_class = None
         self.expected_kept = 0.0
+        alone = num_seqs == 1
+        self.lone = self.lone and alone
         index = self._index(tokens, pending)
         draft, match = index.draft(min(room, self.cap))
-        recalled = repeat = False
+        recalled = repeat = whole = False
         if self.recall is not None:
-            said = self.recall.lookup(index.tokens, room)
+            said = self.recall.lookup(index.tokens, room, prefer_lone=self.greedy and alone)
             if said.reach > match:  # an earlier generation said this, from further back
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
+                whole = repeat and alone and said.lone
         cls = match_class(match, recalled, repeat)
         draft = draft[: self.repeat_cap if cls == REPEAT_CLASS else self.cap]
         if not draft:
@@ -110,9 +115,10 @@ class Speculation:
             ):
                 return []
             want = 1
-        elif cls == REPEAT_CLASS and num_seqs == 1:
-            # Whole: chunks of one size give the same answer again (`drafts.REPEAT_CAP`).
-            # Beside other streams a batch's shape varies anyway, and rows cost more.
+        elif whole and cls == REPEAT_CLASS:
+            # Whole: chunks of one size give the same answer again (`drafts.REPEAT_CAP`),
+            # if it was given in such chunks, by a lone stream (`recall`). Beside other
+            # streams a batch's shape varies anyway, and rows cost more.
             want = len(draft)
         self.since_draft = 0
         self._drafted_class = cls
