@@ -161,10 +161,25 @@ def test_drafts_are_only_as_long_as_they_pay() -> None:
     assert best_length(steady(1.0), lengths, cpu, **one) == 64
     # Eight streams share the fixed cost: a draft row costs nearly a whole token there.
     assert best_length(steady(0.75), lengths, cpu, rows=8, num_seqs=8) == 0
-    assert best_length(steady(0.99), lengths, cpu, rows=8, num_seqs=8) >= 1
+    # A sure draft there yields about 1% more a second: within what the estimates err,
+    # so not drafted (`SHARED_DISCOUNT`).
+    assert best_length(steady(0.99), lengths, cpu, rows=8, num_seqs=8) == 0
     # Where a decode is mostly fixed cost (a GPU), drafts pay much sooner.
     gpu = cost_of(0.010, 0.0002)
-    assert best_length(steady(0.6), lengths, gpu, rows=8, num_seqs=8) >= 4
+    assert best_length(steady(0.6), lengths, gpu, rows=8, num_seqs=8) >= 2
+
+
+def test_a_shared_decode_counts_on_less_than_the_estimate() -> None:
+    """Issue 23: at 8 streams a story asked again expected 81% of its repeats' draft
+    tokens kept and kept 67%, and drafts that paid on paper ran 0.78-0.93x as fast as
+    none. A decode shared by several sequences counts `1 - SHARED_DISCOUNT` of a draft's
+    expected kept tokens; a lone stream counts them whole."""
+    shared = cost_of(0.02, 0.001)  # 8 rows 28 ms, 9 rows 29 ms
+    # 0.32 expected: pays if all of it counts (8.32/29 > 8/28), not at 85% (8.27/29 < 8/28).
+    assert best_length([0.32], [1], shared, rows=8, num_seqs=8) == 0
+    assert best_length([1.0], [1], shared, rows=8, num_seqs=8) == 1
+    lone = cost_of(0.00105, 0.01)  # 1 row 11.05 ms, 2 rows 21.05 ms
+    assert best_length([0.92], [1], lone, rows=1, num_seqs=1) == 1  # 1.92/21.05 > 1/11.05
 
 
 def test_the_length_chosen_yields_the_most_tokens_a_second() -> None:
