@@ -142,20 +142,25 @@ class Recall:
             k = MIN_MATCH
             while k < limit and toks[at - k - 1] == tail[n - k - 1]:
                 k += 1
-            if k > best_len or (k == best_len and prefer_lone and not best_lone):
-                lone = prefer_lone and self._is_lone_greedy(at)
-                if k > best_len or lone:
-                    best_at, best_len, best_lone = at, k, lone
-                if k >= MAX_MATCH and (best_lone or not prefer_lone):
-                    break  # none further back can match further (or be preferred)
+            if k < best_len or (k == best_len and (best_lone or not prefer_lone)):
+                continue
+            lone = prefer_lone and self._is_lone_greedy(at)
+            if k > best_len or lone:
+                best_at, best_len, best_lone = at, k, lone
+            if k >= MAX_MATCH and (best_lone or not prefer_lone):
+                break  # none further back can match further (or be preferred)
         draft = toks[best_at : best_at + max_len]
         if _SEP in draft:
             draft = draft[: draft.index(_SEP)]
         if not draft:
             return NOTHING
-        doc = bisect.bisect_right(self._starts, best_at) - 1
+        doc = self._doc(best_at)
         return Recalled(draft, best_len, self._greedy[doc], self._lone[doc])
 
+    def _doc(self, at: int) -> int:
+        """The index of the remembered generation that position `at` of `tokens` is in."""
+        return bisect.bisect_right(self._starts, at) - 1
+
     def _is_lone_greedy(self, at: int) -> bool:
-        doc = bisect.bisect_right(self._starts, at) - 1
+        doc = self._doc(at)
         return self._greedy[doc] and self._lone[doc]

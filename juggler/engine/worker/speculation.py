@@ -9,8 +9,8 @@ further back), decides how much of it pays now (`drafts.best_length`, from how o
 draft tokens like these, from the same source after a match that long, plain or after a
 branch, were kept on this sequence and on its worker, and what a decode of that many
 rows costs on this worker at this depth; a lone stream's recalled greedy answer, given
-by a lone stream too, is taken whole) and returns that; `Generations` appends it to the session's `pending`
-(`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
+by a lone stream too, is taken whole) and returns that; `Generations` appends it to the
+session's `pending` (`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
 the sampled token and the drafts in one chunk, samples each row in order, and reports
 how many drafts the samples kept (`verified`). It reads token lists only: it knows
 nothing of sessions.
