@@ -143,6 +143,10 @@ class FakeContext:
         self.decoded_adapters: list[FakeAdapter | None] = []
         self.adapter: FakeAdapter | None = None
         self._next: dict[int, int] = {}
+        #: How far the greedy token's logit leads the others', by the sequence so far
+        #: (a near-tie where small: see `schedule.ties`).
+        self.lead: Callable[[list[int]], float] = lambda tokens: 1.0
+        self._lead: dict[int, float] = {}
         self.closed = False
         self.n_threads = params.n_threads
         #: The thread count of every decode, in order.
@@ -188,7 +192,9 @@ class FakeContext:
         for i, r in enumerate(rows):
             if r.logits:
                 shift = self.adapter.shift if self.adapter else 0
-                self._next[i] = self.rule(self.tokens(r.seq_id)[: r.pos + 1], shift)
+                held = self.tokens(r.seq_id)[: r.pos + 1]
+                self._next[i] = self.rule(held, shift)
+                self._lead[i] = self.lead(held)
         return 0
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
@@ -226,7 +232,7 @@ class FakeContext:
     def logits_row(self, row: int) -> Any:
         assert row in self._next, f"batch row {row} has no logits"
         out = [0.0] * N_VOCAB
-        out[self._next[row]] = 1.0
+        out[self._next[row]] = self._lead.get(row, 1.0)
         return tuple(out)
 
     def set_threads(self, n: int) -> None:
@@ -263,6 +269,10 @@ class FakeSampler:
 
     def sample(self, row: int) -> int:
         return self.sample_logits(self.ctx.logits_row(row))
+
+    def lead(self, row: int, token: int) -> float:
+        logits = self.ctx.logits_row(row)
+        return float(logits[token] - max(v for i, v in enumerate(logits) if i != token))
 
     def sample_logits(self, logits: Any) -> int:
         if self.script is not None:

@@ -22,7 +22,6 @@ from juggler.engine.schedule.drafts import (
     PRIOR_HAZARD,
     PROBE_EVERY,
     REPEAT_CAP,
-    REPEAT_CLASS,
     DecodeCost,
     NgramIndex,
     RowCosts,
@@ -34,6 +33,7 @@ from juggler.engine.schedule.drafts import (
 from juggler.engine.schedule.messages import Complete, RequestDone
 from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
+from juggler.engine.schedule.ties import ANY, FEW_TIE, RISKY, TILE_ROWS
 from juggler.engine.worker.generation import MAX_RECALLS
 from juggler.engine.worker.speculation import Speculation
 from tests.engine.fake_llama import BOS
@@ -593,6 +593,39 @@ def test_recalled_drafts_are_learned_apart_from_a_sequences_own() -> None:
         assert worker.hazards(own) == PRIOR_HAZARD[own], "the own-text estimates are intact"
 
 
+def test_a_greedy_answer_is_remembered_with_each_tokens_tie() -> None:
+    """Issue 23 (`schedule.ties`): each token of a remembered greedy answer carries the
+    tie of the decode that chose it. Asked again, the repeat drafts up to a near-tie
+    that one row chose (risky) and leaves it to the row after the draft, so no draft
+    row is lost there; that near-tie is then chosen by a decode of a few rows, which the
+    next repeat can draft across. The answer is the same each time."""
+
+    async def go() -> None:
+        rig = Rig(speculative=True, spec_draft_max=64, n_ctx=512)
+        rig.ctx.lead = lambda held: 0.05 if len(held) % 7 == 0 else 1.0
+        prompt = [BOS, *b"spell the next letters"]
+        n = len(prompt)
+        first, _ = await generate(rig, prompt, 60, request_id="one")
+        recall = rig.worker.gens.recall(None)
+        ties = list(recall.lookup(prompt, 60).ties)[:60]
+        # Output token j was chosen after n + j tokens: a near-tie where 7 divides that.
+        assert [t != ANY for t in ties] == [(n + j) % 7 == 0 for j in range(60)]
+        risky = {n + j for j, t in enumerate(ties) if t == RISKY}
+        assert len(risky) >= 5  # one row chose most of them
+        seen = len(rig.ctx.decoded)
+        second, _ = await generate(rig, prompt, 60, request_id="two")
+        assert second == first
+        decided_by_drafts = set()  # positions chosen by a row other than a decode's last
+        for rows in rig.ctx.decoded[seen:]:
+            decided_by_drafts |= {r.pos + 1 for r in rows[:-1] if r.logits}
+        assert rig.worker.gens.num_drafted > 40
+        assert not decided_by_drafts & risky
+        again = list(recall.lookup(prompt, 60).ties)[:60]
+        assert sum(t == FEW_TIE for t in again) > sum(t == FEW_TIE for t in ties)
+
+    run(go)
+
+
 def test_a_worker_remembers_each_adapters_answers_apart() -> None:
     async def go() -> None:
         rig = Rig(speculative=True)
@@ -635,42 +668,64 @@ def test_a_greedy_answer_recalled_for_a_greedy_request_is_a_class_of_its_own() -
     assert not small.lookup([53, 63, 64], 2).greedy
 
 
-def test_a_lone_repeat_is_drafted_whole_even_where_the_costs_favour_less() -> None:
-    """Issue 23: llama.cpp's rounding depends on a decode's rows (one path for one row,
-    another up to 63, a tiled one from 64), so an answer verified in chunks of one size
-    is given again only when asked again in chunks of that size. Cut to what the costs
-    favoured (which moves with the depth and every decode), a story asked again parted
-    from its earlier answer each time (0.62x of drafting it whole). A lone stream's
-    recalled greedy answer is drafted whole once drafting pays at all; beside other
-    streams, where the batch's shape varies anyway, the costs decide."""
-    recall = Recall()
+def test_a_repeat_is_drafted_only_as_far_as_its_near_ties_hold() -> None:
+    """Issue 23: llama.cpp's rounding depends on a decode's shape (`schedule.ties`), so
+    a greedy answer asked again parts from its earlier copy only at a near-tie decided
+    otherwise. Betting 64 rows on an answer given row by row parted at its first
+    near-tie (bench_spec's story, asked again: 0.79-0.85x of no speculation). A repeat
+    is drafted only as far as each token it decides holds in the decode's shape; a risky
+    near-tie only as the token sampled after the draft; its near-ties are its branches."""
     prompt = list(range(1, 60))
     said = list(range(100, 200))
-    recall.add(prompt, said, greedy=True, lone=True)
-    convex = DecodeCost()  # 24 rows pay best; 64 cost more a row
-    for rows, seconds in ((1, 0.010), (2, 0.019), (25, 0.120), (65, 0.600)):
-        convex.update(rows, seconds)
-    sure = Survival()
-    for _ in range(50):  # every repeat so far kept whole
-        sure.update(REPEAT_CLASS, [False] * 64, 64)
-    assert best_length([24.0, 64.0], [24, 64], convex, rows=1, num_seqs=1) == 24
+    ties = [ANY] * len(said)
+    ties[21] = RISKY  # chosen by one row at a near-tie
+    ties[41] = FEW_TIE  # chosen by a few rows at a near-tie
+    recall = Recall()
+    recall.add(prompt, said, greedy=True, ties=ties)
+    cost = DecodeCost(0.001, 0.0001)  # rows nearly free: drafts as long as allowed
 
-    def draft(num_seqs: int) -> list[int]:
-        spec = Speculation(max_len=64, survival=Survival(sure), recall=recall, greedy=True)
-        return spec.propose(prompt[:-1], prompt[-1:], 1000, convex, num_seqs=num_seqs)
+    def spec() -> Speculation:
+        return Speculation(max_len=64, survival=Survival(), recall=recall, greedy=True)
 
-    assert draft(1) == said[:REPEAT_CAP]
-    assert 0 < len(draft(2)) < REPEAT_CAP
-    # An answer given beside other streams was verified in other shapes: the costs decide.
-    crowded = Recall()
-    crowded.add(prompt, said, greedy=True, lone=False)
-    spec = Speculation(max_len=64, survival=Survival(sure), recall=crowded, greedy=True)
-    assert len(spec.propose(prompt[:-1], prompt[-1:], 1000, convex, num_seqs=1)) == 24
-    slow = DecodeCost()  # each extra row dearer than the first: no draft pays, whole or not
-    for rows, seconds in ((1, 0.010), (2, 0.025), (65, 1.500)):
-        slow.update(rows, seconds)
-    spec = Speculation(max_len=64, survival=Survival(sure), recall=recall, greedy=True)
-    assert spec.propose(prompt[:-1], prompt[-1:], 1000, slow, num_seqs=1) == []
+    first = spec()
+    # Pending: said[0]; the draft said[1..20] and the row after it decide said[1..21].
+    assert first.propose(prompt, said[:1], 1000, cost, num_seqs=1) == said[1:21]
+    first.verified(20, 20)
+    # Then past the few-row near-tie, in a decode of fewer than 64 rows.
+    second = spec()
+    draft = second.propose([*prompt, *said[:21]], said[21:22], 1000, cost, num_seqs=1)
+    assert draft == said[22 : 22 + TILE_ROWS - 2]
+    assert second._drafted_branches == [j == 41 for j in range(22, 22 + len(draft))]
+    # Beside other streams' 20 rows, the decode holds fewer drafts.
+    crowded = spec().propose([*prompt, *said[:21]], said[21:22], 1000, cost, num_seqs=8, rows=20)
+    assert crowded == said[22 : 22 + TILE_ROWS - 1 - 20]
+    # With no near-tie ahead, a repeat is drafted up to its bound, tiled.
+    wide = Recall()
+    wide.add(prompt, said, greedy=True, ties=[ANY] * len(said))
+    bold = Speculation(max_len=64, survival=Survival(), recall=wide, greedy=True)
+    assert bold.propose(prompt, said[:1], 1000, cost, num_seqs=1) == said[1 : 1 + REPEAT_CAP]
+    # A risky near-tie next: no draft, the next decode decides it alone.
+    assert spec().propose([*prompt, *said[:20]], said[20:21], 1000, cost, num_seqs=1) == []
+
+
+def test_the_recall_keeps_each_greedy_tokens_tie() -> None:
+    """A lookup gives the ties of the draft and of the token after it; an answer's first
+    tokens may carry none (sampled from saved logits): they hold anywhere; a sampled
+    answer carries none; the same answer given again with other ties is remembered
+    again, and the most recent is drafted."""
+    prompt = list(range(1, 60))
+    said = list(range(100, 140))
+    recall = Recall()
+    recall.add(prompt, said, greedy=True, ties=[RISKY] + [ANY] * 37 + [FEW_TIE])
+    found = recall.lookup(prompt, 4)
+    assert found.draft == said[:4] and list(found.ties) == [ANY, RISKY, ANY, ANY, ANY]
+    assert list(recall.lookup([*prompt, *said[:37]], 8).ties)[:3] == [ANY, ANY, FEW_TIE]
+    sampled = Recall()
+    sampled.add(prompt, said, greedy=False, ties=[RISKY] * 40)
+    assert not sampled.lookup(prompt, 4).ties
+    recall.add(prompt, said, greedy=True, ties=[ANY] * 40)
+    assert list(recall.lookup(prompt, 4).ties) == [ANY] * 5
+    assert len(recall) == 2 * (len(prompt) + len(said))
 
 
 def test_a_repeat_is_bet_on_whole_from_its_first_draft() -> None:
@@ -682,7 +737,7 @@ def test_a_repeat_is_bet_on_whole_from_its_first_draft() -> None:
     recall = Recall()
     prompt = list(range(1, 60))
     said = list(range(100, 200))
-    recall.add(prompt, said, greedy=True, lone=True)
+    recall.add(prompt, said, greedy=True)
     cost = DecodeCost(0.001, 0.0001)  # rows nearly free: drafts as long as allowed
     spec = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=True)
     draft = spec.propose(prompt[:-1], prompt[-1:], 1000, cost, num_seqs=1)
@@ -694,32 +749,3 @@ def test_a_repeat_is_bet_on_whole_from_its_first_draft() -> None:
     assert draft == said[:FIRST_CAP]  # a sampled request may part at once
     sampled.verified(len(draft), 0)
     assert sampled.cap == MIN_CAP and sampled.repeat_cap == REPEAT_CAP
-
-
-def test_a_lone_stream_recalls_the_answer_a_lone_stream_gave() -> None:
-    """Issue 23: a greedy answer is given again exactly only when verified in decodes
-    shaped as before (`schedule.recall`). Where an answer given alone and one given beside
-    other streams match as far back, a lone greedy request drafts the lone one (whole),
-    though the other is more recent; a request beside others, or a sampled one, takes the
-    most recent. A generation is lone while every decode it proposed for had it alone."""
-    prompt = list(range(1, 60))
-    alone, crowded = list(range(100, 200)), list(range(100, 110)) + list(range(300, 390))
-    recall = Recall()
-    recall.add(prompt, alone, greedy=True, lone=True)
-    recall.add(prompt, crowded, greedy=True, lone=False)
-    found = recall.lookup(prompt, 64, prefer_lone=True)
-    assert found.draft == alone[:64] and found.lone and found.greedy
-    assert recall.lookup(prompt, 64).draft == crowded[:64]
-    assert not recall.lookup(prompt, 64).lone
-    cost = DecodeCost(0.001, 0.0001)
-    spec = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=True)
-    assert spec.propose(prompt[:-1], prompt[-1:], 1000, cost, num_seqs=1) == alone[:REPEAT_CAP]
-    assert spec.lone
-    beside = Speculation(max_len=64, survival=Survival(), recall=recall, greedy=True)
-    assert beside.propose(prompt[:-1], prompt[-1:], 1000, cost, num_seqs=2)[:11] == crowded[:11]
-    assert not beside.lone
-    # The same answer given alone after it was given beside others is remembered as lone.
-    again = Recall()
-    again.add(prompt, crowded, greedy=True, lone=False)
-    again.add(prompt, crowded, greedy=True, lone=True)
-    assert again.lookup(prompt, 8, prefer_lone=True).lone

@@ -188,6 +188,13 @@ class Sampler:
             return int(C.llama_sampler_sample(self.ptr, self.ctx.ptr, row))
         return self._constrained(self.ctx.logits_view(row))
 
+    def lead(self, row: int, token: int) -> float:
+        """How far `token`'s logit in row `row` is above the best other one (read in
+        place: two passes over the row, a few microseconds)."""
+        view = self.ctx.logits_view(row)
+        other = max(view[:token].max(initial=-np.inf), view[token + 1 :].max(initial=-np.inf))
+        return float(view[token] - other)
+
     def sample_logits(self, logits: Logits) -> int:
         """Sample (and accept) a token from saved logits, as `sample` does from a row."""
         if self.grammar is not None:

@@ -143,6 +143,11 @@ class TokenSampler(Protocol):
         """Sample (and accept) a token from saved logits, as `sample` does from a row."""
         ...
 
+    def lead(self, row: int, token: int) -> float:
+        """How far `token`'s logit in row `row` of the last decode is above the best of
+        the others' (a greedy draw's near-ties, `schedule.ties`)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -16,8 +16,8 @@ the model's.
 How long a draft pays (`best_length`) depends on the hardware and on the text. Every
 draft row costs compute; each draft token kept saves a later decode's share.
 `DecodeCost` learns the time of a decode by its number of rows and the depth they attend
-to from the decodes the worker runs (on 2 CPU cores with SmolLM2, `bench/bench_rows.py`:
-one row 10.8 ms, two 20.6 ms, then about 5.5 ms a row, 314 ms for 64; on a GPU extra
+to from the decodes the worker runs (on 2 CPU cores with SmolLM2 after 700 cells, `bench/bench_rows.py`:
+one row 7.2 ms, two 14.6 ms, 3.7 ms a row at 16 rows, 193 ms for 64; on a GPU extra
 rows are nearly free up to a point); `Survival` learns how far drafts are kept, by how
 far back their match reaches and by whether each draft token follows a branch (a copy
 in progress is kept to its end, a draft from the wrong record fails at its first
@@ -78,17 +78,12 @@ LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 FIRST_CAP = 8
 MIN_CAP = 4
 #: A greedy answer recalled for a greedy request after a long match (a request asked
-#: again) is bet on whole from its first draft: it parts only at a near-tie, and on a
-#: CPU a decode of 64 rows or more costs less a row than a shorter one (llama.cpp's
-#: flash attention tiles its query rows from 64 on: `bench/bench_rows.py`). Its own
-#: bound starts here and halves when such a draft is refused, as `FIRST_CAP`'s does.
-#: For a lone stream, whenever drafting pays at all, such a draft is taken whole (up to
-#: that bound), not cut to the length the costs favour: llama.cpp's rounding depends on
-#: the rows of a decode (its flash attention takes one path for one row, another up to
-#: 63, a third, tiled, from 64), so an answer verified in chunks of one size is given
-#: again only when asked again in chunks of that size. Cut by the costs (which move
-#: with the depth and with every decode), a story asked four times parted from its
-#: earlier answer each time and ran 0.62x as fast as when it was drafted whole.
+#: again) may be drafted this far from its first draft, not grown from `FIRST_CAP`: it
+#: parts only at a near-tie, and on a CPU a decode of 64 rows or more costs less a row
+#: than a shorter one (llama.cpp's flash attention tiles its query rows from 64 on:
+#: `bench/bench_rows.py`). Where its near-ties lie, and which decode shapes give them
+#: again, cuts it shorter (`schedule.ties`). The bound halves when such a draft is
+#: refused, as `FIRST_CAP`'s does.
 REPEAT_CAP = 64
 #: The share of a draft's expected kept tokens that a decode shared by several sequences
 #: does not count on: there the estimates run high (a story's 8 streams asked again

@@ -15,14 +15,14 @@ table of n-grams across all requests of a server for the same reason.
 Lookups never run across the end of one remembered generation into the next: each is
 stored after a separator that no token equals.
 
-Each remembered generation says whether it was greedy and whether it was *lone*: drafted
-with speculation while no other sequence shared its decodes. llama.cpp's rounding
-depends on a decode's rows, so a greedy answer is given again exactly only when asked
-again in decodes shaped as it was; a lone stream bets a repeated answer whole only on a
-lone one, and prefers a lone one where two match as far back (an answer given beside
-seven other streams, or without drafts, parts from a lone re-run at its first near-tie:
-bench_spec's story at 1 stream recalled the 8-stream answer to the same prompt, bet 64
-rows on it and ran 0.84x as fast as without speculation).
+Each remembered generation says whether it was greedy, and a greedy one carries each
+token's tie (`schedule.ties`): where its best logit led by little, the shape of the
+decode that chose it. llama.cpp's rounding depends on a decode's shape, so a greedy
+answer is given again exactly only where each near-tie is decided by a decode shaped
+as the one that decided it before; the draft of a repeat is cut to that
+(`ties.exact_length`). Betting 64 rows on an answer given row by row parted at its first
+near-tie: bench_spec's story at 1 stream ran 0.79-0.85x as fast as without speculation
+the first time it was asked again.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from juggler.engine.schedule.drafts import MAX_MATCH, MIN_MATCH
+from juggler.engine.schedule.ties import ANY
 
 #: Tokens remembered (outputs and their context); older generations are forgotten.
 RECALL_TOKENS = 32768
@@ -45,13 +46,14 @@ _SEP = -1
 
 
 class Recalled(NamedTuple):
-    """A lookup's draft, how far back its match reaches, and whether the generation it
-    comes from was drawn greedily and was lone (see the module doc)."""
+    """A lookup's draft, how far back its match reaches, whether the generation it comes
+    from was drawn greedily, and the ties of the draft's tokens and of the one after it
+    (see the module doc)."""
 
     draft: list[int]
     reach: int
     greedy: bool = False
-    lone: bool = False
+    ties: Sequence[int] = ()
 
 
 NOTHING = Recalled([], 0)
@@ -60,17 +62,17 @@ NOTHING = Recalled([], 0)
 class Recall:
     def __init__(self, max_tokens: int = RECALL_TOKENS) -> None:
         self.max_tokens = max_tokens
-        #: The remembered generations, each with whether it was greedy and lone.
-        self._docs: deque[tuple[list[int], bool, bool]] = deque()
-        #: The same, to remember an answer given again only once.
-        self._seen: set[tuple[bool, bool, tuple[int, ...]]] = set()
-        #: Where each indexed generation starts in `tokens`, and whether it was greedy,
-        #: and lone.
+        #: The remembered generations: tokens, whether greedy, each token's tie.
+        self._docs: deque[tuple[list[int], bool, list[int]]] = deque()
+        #: The same, to remember an answer given again (with the same ties) only once.
+        self._seen: set[tuple[bool, tuple[int, ...], tuple[int, ...]]] = set()
+        #: Where each indexed generation starts in `tokens`, and whether it was greedy.
         self._starts: list[int] = []
         self._greedy: list[bool] = []
-        self._lone: list[bool] = []
         self._size = 0
         self.tokens: list[int] = []
+        #: Each token's tie (`ANY` for context tokens and separators).
+        self.ties: list[int] = []
         self._at: dict[tuple[int, ...], list[int]] = {}
 
     def __len__(self) -> int:
@@ -81,40 +83,44 @@ class Recall:
         context: Sequence[int],
         output: Sequence[int],
         greedy: bool = False,
-        lone: bool = False,
+        ties: Sequence[int] = (),
     ) -> None:
         """Remember `output`, which followed `context` (only its last `MAX_MATCH` tokens
-        are kept), was drawn greedily or not, and was lone or not (see the module doc);
-        the oldest generations are forgotten past `max_tokens`."""
+        are kept), was drawn greedily or not, with the ties of its last `len(ties)`
+        tokens (the others: `ANY`); the oldest generations are forgotten past
+        `max_tokens`."""
         if not output:
             return
-        doc = [*context[-MAX_MATCH:], *output][-self.max_tokens :]
-        key = (greedy, lone, tuple(doc))
+        context = context[-MAX_MATCH:]
+        doc = [*context, *output][-self.max_tokens :]
+        ties = [*([ANY] * (len(context) + len(output) - len(ties))), *ties][-len(doc) :]
+        key = (greedy, tuple(doc), tuple(ties))
         if key in self._seen:
             return
         self._seen.add(key)
-        self._docs.append((doc, greedy, lone))
+        self._docs.append((doc, greedy, ties))
         self._size += len(doc)
         if self._size > self.max_tokens:
             while self._size > self.max_tokens // 2 and len(self._docs) > 1:
-                old, was_greedy, was_lone = self._docs.popleft()
+                old, was_greedy, old_ties = self._docs.popleft()
                 self._size -= len(old)
-                self._seen.discard((was_greedy, was_lone, tuple(old)))
+                self._seen.discard((was_greedy, tuple(old), tuple(old_ties)))
             self._rebuild()
         else:
-            self._index(doc, greedy, lone)
+            self._index(doc, greedy, ties)
 
     def _rebuild(self) -> None:
-        self.tokens, self._at, self._starts, self._greedy, self._lone = [], {}, [], [], []
-        for doc, greedy, lone in self._docs:
-            self._index(doc, greedy, lone)
+        self.tokens, self.ties, self._at, self._starts, self._greedy = [], [], {}, [], []
+        for doc, greedy, ties in self._docs:
+            self._index(doc, greedy, ties)
 
-    def _index(self, doc: list[int], greedy: bool, lone: bool) -> None:
+    def _index(self, doc: list[int], greedy: bool, ties: list[int]) -> None:
         toks, at = self.tokens, self._at
         toks.append(_SEP)
+        self.ties.append(ANY)
+        self.ties.extend(ties)
         self._starts.append(len(toks))
         self._greedy.append(greedy)
-        self._lone.append(lone)
         for t in doc:
             end = len(toks)
             if end >= MIN_MATCH:
@@ -123,12 +129,12 @@ class Recall:
                     at.setdefault(key, []).append(end)
             toks.append(t)
 
-    def lookup(self, tail: Sequence[int], max_len: int, prefer_lone: bool = False) -> Recalled:
+    def lookup(self, tail: Sequence[int], max_len: int) -> Recalled:
         """What followed the remembered occurrence of `tail`'s last tokens that matches
-        furthest back (ties: a greedy lone one if `prefer_lone`, then the most recent), up
-        to `max_len` tokens and never past the end of its generation, how far it matches
-        (at most `MAX_MATCH`) and whether that generation was greedy and lone; nothing if
-        the last `MIN_MATCH` tokens of `tail` were never seen."""
+        furthest back (ties: the most recent), up to `max_len` tokens and never past the
+        end of its generation, how far it matches (at most `MAX_MATCH`), whether that
+        generation was greedy, and the ties of the draft and of the token after it;
+        nothing if the last `MIN_MATCH` tokens of `tail` were never seen."""
         n = len(tail)
         if max_len <= 0 or n < MIN_MATCH:
             return NOTHING
@@ -136,31 +142,21 @@ class Recall:
         if not found:
             return NOTHING
         toks = self.tokens
-        best_at, best_len, best_lone = found[-1], 0, False
+        best_at, best_len = found[-1], 0
         for at in reversed(found[-RECALL_CANDIDATES:]):
             limit = min(MAX_MATCH, n, at)
             k = MIN_MATCH
             while k < limit and toks[at - k - 1] == tail[n - k - 1]:
                 k += 1
-            if k < best_len or (k == best_len and (best_lone or not prefer_lone)):
-                continue
-            lone = prefer_lone and self._is_lone_greedy(at)
-            if k > best_len or lone:
-                best_at, best_len, best_lone = at, k, lone
-            if k >= MAX_MATCH and (best_lone or not prefer_lone):
-                break  # none further back can match further (or be preferred)
+            if k > best_len:
+                best_at, best_len = at, k
+                if k >= MAX_MATCH:
+                    break  # none further back can match further
         draft = toks[best_at : best_at + max_len]
         if _SEP in draft:
             draft = draft[: draft.index(_SEP)]
         if not draft:
             return NOTHING
-        doc = self._doc(best_at)
-        return Recalled(draft, best_len, self._greedy[doc], self._lone[doc])
-
-    def _doc(self, at: int) -> int:
-        """The index of the remembered generation that position `at` of `tokens` is in."""
-        return bisect.bisect_right(self._starts, at) - 1
-
-    def _is_lone_greedy(self, at: int) -> bool:
-        doc = self._doc(at)
-        return self._greedy[doc] and self._lone[doc]
+        greedy = self._greedy[bisect.bisect_right(self._starts, best_at) - 1]
+        ties = self.ties[best_at : best_at + len(draft) + 1] if greedy else ()
+        return Recalled(draft, best_len, greedy, ties)

@@ -178,6 +178,7 @@ class Decoder:
             self._on_decode_failed(chunks, by_seq, rc)
             return False
         # 7. post-process
+        num_rows = sum(c.num_tokens for c in chunks)
         drafts: dict[int, list[int]] = {}
         for chunk in chunks:
             s = by_seq[chunk.key]
@@ -193,7 +194,9 @@ class Decoder:
         for s, row in rows:
             try:
                 if s.generation is not None:
-                    self.gens.on_rows(s, row, drafts.get(s.seq_id, []), self.ctx.logits_row)
+                    self.gens.on_rows(
+                        s, row, drafts.get(s.seq_id, []), self.ctx.logits_row, num_rows
+                    )
                 elif s.spec_header is not None:
                     s.saved_logits = self.ctx.logits_row(row)
             except EngineError as exc:  # one request's llama.cpp call failed

@@ -20,6 +20,7 @@ from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
+from juggler.engine.schedule.ties import tie_of
 from juggler.engine.worker.config import Clock
 from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.kv import KvBook
@@ -129,6 +130,8 @@ class Generations:
             continues_reply=continues_reply,
         )
         spec = params.speculative if params.speculative is not None else self.speculative
+        if params.temperature <= 0.0 and (spec or self.speculative):
+            g.ties = []  # remembered with its ties (see `finish`)
         if spec:
             g.spec = Speculation(
                 self.spec_draft_max,
@@ -143,13 +146,20 @@ class Generations:
         return g
 
     def on_rows(
-        self, s: Session, first_row: int, drafts: list[int], row_logits: Callable[[int], Logits]
+        self,
+        s: Session,
+        first_row: int,
+        drafts: list[int],
+        row_logits: Callable[[int], Logits],
+        num_rows: int = 1,
     ) -> None:
-        """Sample `s`'s rows of the last decode: `first_row` (after its last token) and one
-        more per draft token decoded after it. In order, each draw is the output's next
-        token; a draft stays in the KV while the draw equals it, and at the first draw
-        that differs (or the end of the generation) the drafts after it are rolled back.
-        Then the next draft is proposed (speculative decoding, see `speculation`)."""
+        """Sample `s`'s rows of the last decode (of `num_rows` rows in all): `first_row`
+        (after its last token) and one more per draft token decoded after it. In order,
+        each draw is the output's next token; a draft stays in the KV while the draw
+        equals it, and at the first draw that differs (or the end of the generation) the
+        drafts after it are rolled back. A remembered greedy generation records each
+        token's tie (`schedule.ties`). Then the next draft is proposed (speculative
+        decoding, see `speculation`)."""
         g = s.generation
         assert g is not None
         kept = 0
@@ -163,6 +173,8 @@ class Generations:
                 self.finish(s, "error", error=exc)
                 return
             in_kv = j < len(drafts) and token == drafts[j]
+            if g.ties is not None and not self.model.is_eog(token):
+                g.ties.append(tie_of(g.sampler.lead(row, token), num_rows))
             self.on_sampled(s, token, functools.partial(row_logits, row), in_kv=in_kv)
             if not in_kv or self.model.is_eog(token):
                 break
@@ -283,9 +295,8 @@ class Generations:
             start = max(0, g.prompt_tokens - MAX_MATCH)
             said = [*s.tokens[start:], *s.pending[max(0, start - len(s.tokens)) :]]
             cut = g.prompt_tokens - start
-            lone = g.spec is not None and g.spec.lone
             self.recall(s.adapter_id).add(
-                said[:cut], said[cut:], g.params.temperature <= 0.0, lone=lone
+                said[:cut], said[cut:], g.params.temperature <= 0.0, g.ties or ()
             )
         s.generation = None
         s.num_prefilled = 0

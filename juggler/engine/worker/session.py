@@ -70,6 +70,9 @@ class Generation:
     raw_parts: list[str] = field(default_factory=list)
     #: Prompt-lookup speculative decoding (None: off for this generation).
     spec: Speculation | None = None
+    #: A greedy generation the worker remembers (`schedule.recall`): each sampled
+    #: token's tie (`schedule.ties`), in order; None: not recorded.
+    ties: list[int] | None = None
 
 
 @dataclass(eq=False)

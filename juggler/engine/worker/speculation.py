@@ -8,16 +8,19 @@ recent generations run with the same adapter, `schedule.recall`, whichever match
 further back), decides how much of it pays now (`drafts.best_length`, from how often
 draft tokens like these, from the same source after a match that long, plain or after a
 branch, were kept on this sequence and on its worker, and what a decode of that many
-rows costs on this worker at this depth; a lone stream's recalled greedy answer, given
-by a lone stream too, is taken whole) and returns that; `Generations` appends it to the
-session's `pending` (`Session.num_draft` says how many of the pending tokens are draft). The decoder decodes
-the sampled token and the drafts in one chunk, samples each row in order, and reports
-how many drafts the samples kept (`verified`). It reads token lists only: it knows
-nothing of sessions.
+rows costs on this worker at this depth; a greedy answer recalled for a greedy request
+is cut before a near-tie that the decode's shape might decide otherwise than the decode
+that chose it, `schedule.ties`) and returns that; `Generations` appends it to the
+session's `pending` (`Session.num_draft` says how many of the pending tokens are draft).
+The decoder decodes the sampled token and the drafts in one chunk, samples each row in
+order, and reports how many drafts the samples kept (`verified`). It reads token lists
+only: it knows nothing of sessions.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from juggler.engine.schedule.drafts import (
@@ -34,6 +37,7 @@ from juggler.engine.schedule.drafts import (
     match_class,
 )
 from juggler.engine.schedule.recall import Recall
+from juggler.engine.schedule.ties import ANY, exact_length
 
 
 @dataclass(eq=False)
@@ -56,8 +60,6 @@ class Speculation:
     recall: Recall | None = None
     #: Whether this generation draws greedily (a greedy answer recalled is then a repeat).
     greedy: bool = False
-    #: Whether every decode so far had this sequence alone (`recall`'s lone answers).
-    lone: bool = True
     #: The match class and token kinds of the pending draft (verified updates them).
     _drafted_class: int | None = None
     _drafted_branches: list[bool] = field(default_factory=list)
@@ -84,22 +86,26 @@ class Speculation:
         self.since_draft += 1
         self._drafted_class = None
         self.expected_kept = 0.0
-        alone = num_seqs == 1
-        self.lone = self.lone and alone
         index = self._index(tokens, pending)
         draft, match = index.draft(min(room, self.cap))
-        recalled = repeat = whole = False
+        recalled = repeat = False
+        ties: Sequence[int] = ()
         if self.recall is not None:
-            said = self.recall.lookup(index.tokens, room, prefer_lone=self.greedy and alone)
+            said = self.recall.lookup(index.tokens, room)
             if said.reach > match:  # an earlier generation said this, from further back
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
-                whole = repeat and alone and said.lone
+                ties = said.ties
         cls = match_class(match, recalled, repeat)
         draft = draft[: self.repeat_cap if cls == REPEAT_CLASS else self.cap]
         if not draft:
             return []
-        branches = index.branches(draft)
+        if cls == REPEAT_CLASS:
+            # A greedy answer asked again parts, if at all, at one of its near-ties.
+            branches = [t != ANY for t in ties[: len(draft)]]
+            branches += [False] * (len(draft) - len(branches))
+        else:
+            branches = index.branches(draft)
         lengths = [k for k in LENGTHS if k < len(draft)] + [len(draft)]
         kept = self.survival.kept(cls, branches, lengths)
         rows = max(1, num_seqs if rows is None else rows)
@@ -115,14 +121,16 @@ class Speculation:
             ):
                 return []
             want = 1
-        elif whole and cls == REPEAT_CLASS:
-            # Whole: chunks of one size give the same answer again (`drafts.REPEAT_CAP`),
-            # if it was given in such chunks, by a lone stream (`recall`). Beside other
-            # streams a batch's shape varies anyway, and rows cost more.
-            want = len(draft)
+        if repeat:
+            # Only as far as each token is chosen again: a near-tie decided by a decode
+            # shaped otherwise than the one that chose it goes either way (`ties`).
+            want = exact_length(ties, rows, want)
+            if want == 0:
+                return []
         self.since_draft = 0
         self._drafted_class = cls
-        self.expected_kept = kept[lengths.index(want)]  # the probe: lengths[0] == 1
+        # (a draft cut by its ties between two lengths weighed: the shorter one's)
+        self.expected_kept = kept[bisect.bisect_right(lengths, want) - 1]
         self._drafted_branches = branches[:want]
         return draft[:want]
 
