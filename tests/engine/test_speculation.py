@@ -22,6 +22,7 @@ from juggler.engine.schedule.drafts import (
     PRIOR_HAZARD,
     PROBE_EVERY,
     REPEAT_CAP,
+    REPEAT_CLASS,
     DecodeCost,
     NgramIndex,
     RowCosts,
@@ -706,6 +707,19 @@ def test_a_repeat_is_drafted_only_as_far_as_its_near_ties_hold() -> None:
     assert bold.propose(prompt, said[:1], 1000, cost, num_seqs=1) == said[1 : 1 + REPEAT_CAP]
     # A risky near-tie next: no draft, the next decode decides it alone.
     assert spec().propose([*prompt, *said[:20]], said[20:21], 1000, cost, num_seqs=1) == []
+    # Alone, a repeat goes as far as it holds even where the costs favour less; beside
+    # other streams the costs decide.
+    convex = DecodeCost()  # 24 rows pay best; 64 cost more a row
+    for rows, seconds in ((1, 0.010), (2, 0.019), (25, 0.120), (65, 0.600)):
+        convex.update(rows, seconds)
+    assert best_length([24.0, 64.0], [24, 64], convex, rows=1, num_seqs=1) == 24
+    sure = Survival()
+    for _ in range(50):  # every repeat so far kept whole
+        sure.update(REPEAT_CLASS, [False] * 64, 64)
+    lone = Speculation(max_len=64, survival=Survival(sure), recall=wide, greedy=True)
+    assert lone.propose(prompt, said[:1], 1000, convex, num_seqs=1) == said[1 : 1 + REPEAT_CAP]
+    shared = Speculation(max_len=64, survival=Survival(sure), recall=wide, greedy=True)
+    assert 0 < len(shared.propose(prompt, said[:1], 1000, convex, num_seqs=2)) < REPEAT_CAP
 
 
 def test_the_recall_keeps_each_greedy_tokens_tie() -> None:
