@@ -16,12 +16,12 @@ the model's.
 How long a draft pays (`best_length`) depends on the hardware and on the text. Every
 draft row costs compute; each draft token kept saves a later decode's share.
 `DecodeCost` learns the time of a decode by its number of rows and the depth they attend
-to from the decodes the worker runs (on 2 CPU cores with SmolLM2 after 700 cells, `bench/bench_rows.py`:
-one row 7.2 ms, two 14.6 ms, 3.7 ms a row at 16 rows, 193 ms for 64; on a GPU extra
-rows are nearly free up to a point); `Survival` learns how far drafts are kept, by how
-far back their match reaches and by whether each draft token follows a branch (a copy
-in progress is kept to its end, a draft from the wrong record fails at its first
-value). A draft is only proposed at the length that yields the most tokens a second,
+to from the decodes the worker runs (on 2 CPU cores with SmolLM2 after 700 cells,
+`bench/bench_rows.py`: one row 7.2 ms, two 14.6 ms, 3.7 ms a row at 16 rows, 193 ms for
+64; on a GPU extra rows are nearly free up to a point); `Survival` learns how far
+drafts are kept, by how far back their match reaches and by whether each draft token
+follows a branch (a copy in progress is kept to its end, a draft from the wrong record
+fails at its first value). A draft is only proposed at the length that yields the most tokens a second,
 and not at all when none saves, so open-ended text, where drafts are rarely right,
 does not pay for rows the model throws away.
 """

@@ -173,10 +173,11 @@ class Generations:
                 self.finish(s, "error", error=exc)
                 return
             in_kv = j < len(drafts) and token == drafts[j]
-            if g.ties is not None and not self.model.is_eog(token):
+            eog = self.model.is_eog(token)
+            if g.ties is not None and not eog:
                 g.ties.append(tie_of(g.sampler.lead(row, token), num_rows))
             self.on_sampled(s, token, functools.partial(row_logits, row), in_kv=in_kv)
-            if not in_kv or self.model.is_eog(token):
+            if not in_kv or eog:
                 break
             kept += 1
             if s.generation is not g:

@@ -10,8 +10,9 @@ draft tokens like these, from the same source after a match that long, plain or 
 branch, were kept on this sequence and on its worker, and what a decode of that many
 rows costs on this worker at this depth; a greedy answer recalled for a greedy request
 is cut before a near-tie that the decode's shape might decide otherwise than the decode
-that chose it, `schedule.ties`, and a lone stream takes it that far) and returns that; `Generations` appends it to the
-session's `pending` (`Session.num_draft` says how many of the pending tokens are draft).
+that chose it, `schedule.ties`, and a lone stream takes it that far) and returns that;
+`Generations` appends it to the session's `pending` (`Session.num_draft` says how many
+of the pending tokens are draft).
 The decoder decodes the sampled token and the drafts in one chunk, samples each row in
 order, and reports how many drafts the samples kept (`verified`). It reads token lists
 only: it knows nothing of sessions.
