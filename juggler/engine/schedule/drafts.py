@@ -21,9 +21,9 @@ to from the decodes the worker runs (on 2 CPU cores with SmolLM2 after 700 cells
 64; on a GPU extra rows are nearly free up to a point); `Survival` learns how far
 drafts are kept, by how far back their match reaches and by whether each draft token
 follows a branch (a copy in progress is kept to its end, a draft from the wrong record
-fails at its first value). A draft is only proposed at the length that yields the most tokens a second,
-and not at all when none saves, so open-ended text, where drafts are rarely right,
-does not pay for rows the model throws away.
+fails at its first value). A draft is only proposed at the length that yields the most
+tokens a second, and not at all when none saves, so open-ended text, where drafts are
+rarely right, does not pay for rows the model throws away.
 """
 
 from __future__ import annotations
