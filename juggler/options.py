@@ -307,7 +307,7 @@ class EngineFlags(BaseModel):
         "overrides it); greedy and sampled output are the same either way.",
     )
     spec_draft_max: int = Field(
-        64,
+        128,
         ge=1,
         le=128,
         description="Most draft tokens one sequence verifies in one decode.",

@@ -16,7 +16,9 @@ from collections.abc import Awaitable, Callable
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.batch import Chunk, SeqWork, schedule
 from juggler.engine.schedule.drafts import (
+    CONFIRMED_CAP,
     DEPTH_START,
+    DRAFT_CAP,
     FIRST_CAP,
     MIN_CAP,
     PRIOR_HAZARD,
@@ -763,3 +765,50 @@ def test_a_repeat_is_bet_on_whole_from_its_first_draft() -> None:
     assert draft == said[:FIRST_CAP]  # a sampled request may part at once
     sampled.verified(len(draft), 0)
     assert sampled.cap == MIN_CAP and sampled.repeat_cap == REPEAT_CAP
+
+
+def test_an_answer_given_again_exactly_is_confirmed_and_drafted_further() -> None:
+    """Issue 23: a settled repeat decoded as 64 + 96 rows ran 553-588 ms against 630-640
+    for 64 + 65 + 31 (records, `bench/bench_spec.py`): a decode of 128 rows costs less a
+    row than two of 64. A greedy answer remembered after the same context once before,
+    exactly, is confirmed (`Recall.add`), and its repeats may be drafted up to
+    `CONFIRMED_CAP`, within `--spec-draft-max` and its ties; a first repeat, a refused
+    repeat and every other draft stay within 64 rows."""
+    prompt = list(range(1, 60))
+    said = list(range(300, 500))
+    recall = Recall()
+    recall.add(prompt, said, greedy=True)
+    assert not recall.lookup(prompt, 8).confirmed
+    recall.add(prompt, [*said[:-1], 7], greedy=True)  # came out otherwise: not confirmed
+    assert not recall.lookup(prompt, 8).confirmed
+    recall.add(prompt, said, greedy=True, ties=[FEW_TIE] * len(said))  # the same again
+    assert recall.lookup(prompt, 8).confirmed
+    sampled = Recall()
+    sampled.add(prompt, said)
+    sampled.add(prompt, said)
+    assert not sampled.lookup(prompt, 8).confirmed
+    twice = Recall()
+    twice.add(prompt, said, greedy=True)
+    twice.add(prompt, said, greedy=True)  # the same ties too: remembered once, confirmed
+    assert twice.lookup(prompt, 8).confirmed and len(twice) == len(prompt) + len(said)
+    cost = DecodeCost(0.001, 0.0001)  # rows nearly free: drafts as long as allowed
+
+    def spec(memory: Recall, max_len: int = 128) -> Speculation:
+        return Speculation(max_len=max_len, survival=Survival(), recall=memory, greedy=True)
+
+    first = spec(twice)
+    assert first.propose(prompt, said[:1], 1000, cost, num_seqs=1) == said[1 : 1 + CONFIRMED_CAP]
+    assert spec(twice, 96).propose(prompt, said[:1], 1000, cost, num_seqs=1) == said[1:97]
+    once = Recall()
+    once.add(prompt, said, greedy=True)
+    assert spec(once).propose(prompt, said[:1], 1000, cost, num_seqs=1) == said[1 : 1 + REPEAT_CAP]
+    first.verified(CONFIRMED_CAP, 10)  # refused: this generation's repeats go back to 64
+    assert len(first.propose([*prompt, *said[:12]], said[12:13], 1000, cost, 1)) <= REPEAT_CAP
+    # A sequence copying its own prompt drafts at most `DRAFT_CAP`, however well it keeps.
+    doc = list(range(1000, 1300))
+    sure = Survival()
+    for _ in range(50):  # every long copy so far kept whole
+        sure.update(match_class(64), [False] * 128, 128)
+    own = Speculation(max_len=128, survival=sure)
+    own.cap = 1000
+    assert own.propose([*doc, *doc[:70]], doc[70:71], 1000, cost, 1) == doc[71 : 71 + DRAFT_CAP]

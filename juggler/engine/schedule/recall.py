@@ -28,8 +28,9 @@ the first time it was asked again.
 from __future__ import annotations
 
 import bisect
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from juggler.engine.schedule.drafts import MAX_MATCH, MIN_MATCH
@@ -54,21 +55,38 @@ class Recalled(NamedTuple):
     reach: int
     greedy: bool = False
     ties: Sequence[int] = ()
+    #: The generation's output was given before, exactly, after the same context: a
+    #: greedy answer asked again that came out the same (see `Recall.add`).
+    confirmed: bool = False
 
 
 NOTHING = Recalled([], 0)
 
 
+@dataclass(eq=False)
+class _Doc:
+    """One remembered generation: its context and output, whether it was greedy, each
+    token's tie, and whether it is confirmed (see `Recall.add`)."""
+
+    tokens: list[int]
+    greedy: bool
+    ties: list[int]
+    confirmed: bool = False
+
+
 class Recall:
     def __init__(self, max_tokens: int = RECALL_TOKENS) -> None:
         self.max_tokens = max_tokens
-        #: The remembered generations: tokens, whether greedy, each token's tie.
-        self._docs: deque[tuple[list[int], bool, list[int]]] = deque()
-        #: The same, to remember an answer given again (with the same ties) only once.
-        self._seen: set[tuple[bool, tuple[int, ...], tuple[int, ...]]] = set()
-        #: Where each indexed generation starts in `tokens`, and whether it was greedy.
+        #: The remembered generations, oldest first.
+        self._docs: deque[_Doc] = deque()
+        #: The same by what they hold, to remember an answer given again (with the same
+        #: ties) only once.
+        self._seen: dict[tuple[bool, tuple[int, ...], tuple[int, ...]], _Doc] = {}
+        #: How many remembered greedy generations hold each context and output.
+        self._greedy_texts: Counter[tuple[int, ...]] = Counter()
+        #: Where each indexed generation starts in `tokens`, and the generation.
         self._starts: list[int] = []
-        self._greedy: list[bool] = []
+        self._indexed: list[_Doc] = []
         self._size = 0
         self.tokens: list[int] = []
         #: Each token's tie (`ANY` for context tokens and separators).
@@ -88,40 +106,51 @@ class Recall:
         """Remember `output`, which followed `context` (only its last `MAX_MATCH` tokens
         are kept), was drawn greedily or not, with the ties of its last `len(ties)`
         tokens (the others: `ANY`); the oldest generations are forgotten past
-        `max_tokens`."""
+        `max_tokens`. A greedy output that a remembered greedy generation gave before,
+        exactly, after the same context is *confirmed*: asked again, it came out the
+        same, so its next repeat is drafted further (`drafts.CONFIRMED_CAP`)."""
         if not output:
             return
         context = context[-MAX_MATCH:]
         doc = [*context, *output][-self.max_tokens :]
+        text = tuple(doc)
+        confirmed = greedy and self._greedy_texts[text] > 0
         ties = [*([ANY] * (len(context) + len(output) - len(ties))), *ties][-len(doc) :]
         key = (greedy, tuple(doc), tuple(ties))
-        if key in self._seen:
+        known = self._seen.get(key)
+        if known is not None:
+            known.confirmed = known.confirmed or confirmed
             return
-        self._seen.add(key)
-        self._docs.append((doc, greedy, ties))
+        entry = _Doc(doc, greedy, ties, confirmed)
+        self._seen[key] = entry
+        if greedy:
+            self._greedy_texts[text] += 1
+        self._docs.append(entry)
         self._size += len(doc)
         if self._size > self.max_tokens:
             while self._size > self.max_tokens // 2 and len(self._docs) > 1:
-                old, was_greedy, old_ties = self._docs.popleft()
-                self._size -= len(old)
-                self._seen.discard((was_greedy, tuple(old), tuple(old_ties)))
+                old = self._docs.popleft()
+                self._size -= len(old.tokens)
+                del self._seen[(old.greedy, tuple(old.tokens), tuple(old.ties))]
+                if old.greedy:
+                    self._greedy_texts[tuple(old.tokens)] -= 1
             self._rebuild()
         else:
-            self._index(doc, greedy, ties)
+            self._index(entry)
 
     def _rebuild(self) -> None:
-        self.tokens, self.ties, self._at, self._starts, self._greedy = [], [], {}, [], []
-        for doc, greedy, ties in self._docs:
-            self._index(doc, greedy, ties)
+        self.tokens, self.ties, self._at, self._starts, self._indexed = [], [], {}, [], []
+        for entry in self._docs:
+            self._index(entry)
 
-    def _index(self, doc: list[int], greedy: bool, ties: list[int]) -> None:
+    def _index(self, entry: _Doc) -> None:
         toks, at = self.tokens, self._at
         toks.append(_SEP)
         self.ties.append(ANY)
-        self.ties.extend(ties)
+        self.ties.extend(entry.ties)
         self._starts.append(len(toks))
-        self._greedy.append(greedy)
-        for t in doc:
+        self._indexed.append(entry)
+        for t in entry.tokens:
             end = len(toks)
             if end >= MIN_MATCH:
                 key = tuple(toks[end - MIN_MATCH : end])
@@ -131,7 +160,7 @@ class Recall:
 
     def lookup(self, tail: Sequence[int], max_len: int) -> Recalled:
         """What followed the remembered occurrence of `tail`'s last tokens that matches
-        furthest back (ties: the most recent), up to `max_len` tokens and never past the
+        furthest back (ties: a confirmed one, then the most recent), up to `max_len` tokens and never past the
         end of its generation, how far it matches (at most `MAX_MATCH`), whether that
         generation was greedy, and the ties of the draft and of the token after it;
         nothing if the last `MIN_MATCH` tokens of `tail` were never seen."""
@@ -142,21 +171,32 @@ class Recall:
         if not found:
             return NOTHING
         toks = self.tokens
-        best_at, best_len = found[-1], 0
+        best_at, best_len, best_sure = found[-1], 0, False
         for at in reversed(found[-RECALL_CANDIDATES:]):
+            if best_len >= MAX_MATCH and (best_sure or not self._doc_at(at).confirmed):
+                if best_sure:
+                    break  # none further back can match further
+                continue  # only a confirmed one could be preferred now
             limit = min(MAX_MATCH, n, at)
             k = MIN_MATCH
             while k < limit and toks[at - k - 1] == tail[n - k - 1]:
                 k += 1
             if k > best_len:
                 best_at, best_len = at, k
-                if k >= MAX_MATCH:
-                    break  # none further back can match further
+                best_sure = self._doc_at(at).confirmed
+            elif k == best_len and not best_sure and self._doc_at(at).confirmed:
+                best_at, best_sure = at, True  # an answer that came out twice the same
         draft = toks[best_at : best_at + max_len]
         if _SEP in draft:
             draft = draft[: draft.index(_SEP)]
         if not draft:
             return NOTHING
-        greedy = self._greedy[bisect.bisect_right(self._starts, best_at) - 1]
-        ties = self.ties[best_at : best_at + len(draft) + 1] if greedy else ()
-        return Recalled(draft, best_len, greedy, ties)
+        entry = self._doc_at(best_at)
+        if not entry.greedy:
+            return Recalled(draft, best_len)
+        ties = self.ties[best_at : best_at + len(draft) + 1]
+        return Recalled(draft, best_len, True, ties, entry.confirmed)
+
+    def _doc_at(self, at: int) -> _Doc:
+        """The remembered generation that `tokens[at]` belongs to."""
+        return self._indexed[bisect.bisect_right(self._starts, at) - 1]

@@ -44,7 +44,7 @@ class WorkerConfig:
     max_active_adapters: int = 4
     #: Prompt-lookup speculative decoding for requests that do not say, and its longest draft.
     speculative: bool = True
-    spec_draft_max: int = 64
+    spec_draft_max: int = 128
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class Generations:
         worker_id: int = 0,
         *,
         speculative: bool = False,
-        spec_draft_max: int = 64,
+        spec_draft_max: int = 128,
     ) -> None:
         self.model = model
         self.ctx = ctx

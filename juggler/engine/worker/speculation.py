@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from juggler.engine.schedule.drafts import (
+    CONFIRMED_CAP,
+    DRAFT_CAP,
     FIRST_CAP,
     LENGTHS,
     MIN_CAP,
@@ -88,8 +90,8 @@ class Speculation:
         self._drafted_class = None
         self.expected_kept = 0.0
         index = self._index(tokens, pending)
-        draft, match = index.draft(min(room, self.cap))
-        recalled = repeat = False
+        draft, match = index.draft(min(room, self.cap, DRAFT_CAP))
+        recalled = repeat = confirmed = False
         ties: Sequence[int] = ()
         if self.recall is not None:
             said = self.recall.lookup(index.tokens, room)
@@ -97,8 +99,15 @@ class Speculation:
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
                 ties = said.ties
+                confirmed = said.confirmed
         cls = match_class(match, recalled, repeat)
-        draft = draft[: self.repeat_cap if cls == REPEAT_CLASS else self.cap]
+        if cls != REPEAT_CLASS:
+            bound = min(self.cap, DRAFT_CAP)
+        elif confirmed and self.repeat_cap >= REPEAT_CAP:
+            bound = CONFIRMED_CAP  # given twice the same: as far as its ties hold
+        else:
+            bound = self.repeat_cap
+        draft = draft[:bound]
         if not draft:
             return []
         if cls == REPEAT_CLASS:
