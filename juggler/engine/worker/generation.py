@@ -90,6 +90,9 @@ class Generations:
         #: What this worker's recent generations said (drafts for repeated answers), by
         #: LoRA adapter: an adapter's answers say little of the base model's.
         self.recalls: dict[str | None, Recall] = {}
+        #: Whether requests wait to start on this worker (its inbox, admission): then no
+        #: stream decodes alone for long (the worker sets it).
+        self.crowded: Callable[[], bool] = lambda: False
 
     def recall(self, adapter_id: str | None) -> Recall:
         """The memory of recent generations run with `adapter_id` (the base: None); the
@@ -206,7 +209,15 @@ class Generations:
                     others += r.generation.spec.expected_kept
             depth = cells / rows if rows else float(s.n_past)
             draft = g.spec.propose(
-                s.tokens, s.pending, left - 1, self.cost, len(running), rows, others, depth
+                s.tokens,
+                s.pending,
+                left - 1,
+                self.cost,
+                len(running),
+                rows,
+                others,
+                depth,
+                alone=len(running) == 1 and not self.crowded(),
             )
             if draft:
                 s.pending.extend(draft)

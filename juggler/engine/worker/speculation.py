@@ -77,12 +77,16 @@ class Speculation:
         rows: int | None = None,
         others_kept: float = 0.0,
         depth: float = 0.0,
+        *,
+        alone: bool | None = None,
     ) -> list[int]:
         """The draft to append after the sampled token (`pending`, after the sequence's
         `tokens`): at most `room` tokens, what the generation and the sequence's cells
         still hold after it (empty: none). The next decode has `rows` rows without it
         (default: one per generating sequence) attending to `depth` cells on average,
-        and the drafts already in it are expected to keep `others_kept` tokens."""
+        and the drafts already in it are expected to keep `others_kept` tokens. `alone`:
+        the sequence is the only one generating and no request waits to start (default:
+        `num_seqs` is 1)."""
         room = min(self.max_len, room)
         if room <= 0:
             return []
@@ -131,10 +135,13 @@ class Speculation:
             ):
                 return []
             want = 1
-        elif cls == REPEAT_CLASS and num_seqs == 1:
+        elif cls == REPEAT_CLASS and (num_seqs == 1 if alone is None else alone):
             # A lone stream's repeat goes as far as it holds (below), not to a length the
             # costs favour: its near-ties are known, and on a CPU fewer, larger decodes
-            # cost less a row (a tiled one of 64 rows 3.0 ms a row, one of 62 3.7).
+            # cost less a row (a tiled one of 64 rows 3.0 ms a row, one of 62 3.7). Not
+            # while requests wait to start: they would wait for that decode (the first
+            # of a burst of 8 stories asked again bet 63 rows, 200-270 ms, while the
+            # other 7 arrived).
             want = len(draft)
         if repeat:
             # Only as far as each token is chosen again: a near-tie decided by a decode

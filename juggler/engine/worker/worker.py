@@ -173,6 +173,7 @@ class Worker(OwnerThread):
             max_waiting=cfg.max_waiting,
             queue_timeout_s=cfg.queue_timeout_s,
         )
+        self.gens.crowded = self._crowded
         self.decoder = Decoder(
             self.ctx,
             batch,
@@ -208,6 +209,10 @@ class Worker(OwnerThread):
 
     def has_commands(self) -> bool:
         return not self._inbox.empty()
+
+    def _crowded(self) -> bool:
+        """Whether requests wait to start: commands not applied yet, or admissions."""
+        return bool(self._inbox.qsize() or self.api.waiting or self.api.pending)
 
     def fail_all(self, error: EngineDead) -> None:
         self.gens.abort_all(error)
