@@ -15,6 +15,11 @@ table of n-grams across all requests of a server for the same reason.
 Lookups never run across the end of one remembered generation into the next: each is
 stored after a separator that no token equals.
 
+A greedy answer remembered twice, the same after the same context, is *confirmed*: it
+came out the same when it was asked again, and its next repeats are drafted further
+(`drafts.CONFIRMED_CAP`); among matches that reach equally far back, a confirmed one is
+drafted.
+
 Each remembered generation says whether it was greedy, and a greedy one carries each
 token's tie (`schedule.ties`): where its best logit led by little, the shape of the
 decode that chose it. llama.cpp's rounding depends on a decode's shape, so a greedy
@@ -116,7 +121,7 @@ class Recall:
         text = tuple(doc)
         confirmed = greedy and self._greedy_texts[text] > 0
         ties = [*([ANY] * (len(context) + len(output) - len(ties))), *ties][-len(doc) :]
-        key = (greedy, tuple(doc), tuple(ties))
+        key = (greedy, text, tuple(ties))
         known = self._seen.get(key)
         if known is not None:
             known.confirmed = known.confirmed or confirmed
@@ -160,10 +165,11 @@ class Recall:
 
     def lookup(self, tail: Sequence[int], max_len: int) -> Recalled:
         """What followed the remembered occurrence of `tail`'s last tokens that matches
-        furthest back (ties: a confirmed one, then the most recent), up to `max_len` tokens and never past the
-        end of its generation, how far it matches (at most `MAX_MATCH`), whether that
-        generation was greedy, and the ties of the draft and of the token after it;
-        nothing if the last `MIN_MATCH` tokens of `tail` were never seen."""
+        furthest back (ties: a confirmed one, then the most recent), up to `max_len`
+        tokens and never past the end of its generation, how far it matches (at most
+        `MAX_MATCH`), whether that generation was greedy and is confirmed, and the ties
+        of the draft and of the token after it; nothing if the last `MIN_MATCH` tokens
+        of `tail` were never seen."""
         n = len(tail)
         if max_len <= 0 or n < MIN_MATCH:
             return NOTHING
