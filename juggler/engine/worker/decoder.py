@@ -190,8 +190,7 @@ class Decoder:
                 s.pending.clear()
                 s.num_draft = 0
             if s.generation is None or s.generation.num_generated == 0:
-                # the prompt's rows (a draft may ride with its last token)
-                s.num_prefilled += n - len(drafts.get(s.seq_id, ()))
+                s.num_prefilled += n
         for s, row in rows:
             try:
                 if s.generation is not None:

@@ -146,11 +146,6 @@ class Generations:
         self.num_begun += 1
         s.state = SessionState.GENERATING
         s.last_used = self.clock.tick
-        if g.spec is not None and len(s.pending) == 1 and s.has_seq and not s.num_draft:
-            # Only the prompt's last token is left to decode (its prefix was cached): a
-            # draft goes with it, so a request asked again needs no decode of one row
-            # before its answer is drafted.
-            self._propose(s, g.spec, g.max_new_tokens)
         return g
 
     def on_rows(
@@ -198,40 +193,35 @@ class Generations:
             if g.spec is not None:
                 g.spec.verified(len(drafts), kept)
         if s.generation is g and g.spec is not None:
-            self._propose(s, g.spec, g.max_new_tokens - g.num_generated)
-
-    def _propose(self, s: Session, spec: Speculation, budget: int) -> None:
-        """Append the draft `spec` proposes after `s`'s one pending token, the generation
-        having `budget` tokens left to give (see `speculation`)."""
-        # Room: what the generation may still produce after the pending token (a fully
-        # accepted draft also yields one more sampled token), and the sequence's cells.
-        left = min(budget, self.n_ctx - s.n_past - len(s.pending))
-        # The next decode's rows so far: a token for each generating sequence, and the
-        # drafts proposed this tick (they are cleared once decoded), and the cells
-        # those rows attend to (what a row costs depends on it).
-        running = self.kv.table.running()
-        rows, cells, others = 0, 0, 0.0
-        for r in running:
-            n = 1 + r.num_draft
-            rows += n
-            cells += n * r.n_past
-            if r.num_draft and r.generation is not None and r.generation.spec is not None:
-                others += r.generation.spec.expected_kept
-        depth = cells / rows if rows else float(s.n_past)
-        draft = spec.propose(
-            s.tokens,
-            s.pending,
-            left - 1,
-            self.cost,
-            len(running),
-            rows,
-            others,
-            depth,
-            alone=len(running) == 1 and not self.crowded(),
-        )
-        if draft:
-            s.pending.extend(draft)
-            s.num_draft = len(draft)
+            # Room: what the generation may still produce after the pending token (a fully
+            # accepted draft also yields one more sampled token), and the sequence's cells.
+            left = min(g.max_new_tokens - g.num_generated, self.n_ctx - s.n_past - len(s.pending))
+            # The next decode's rows so far: a token for each generating sequence, and the
+            # drafts proposed this tick (they are cleared once decoded), and the cells
+            # those rows attend to (what a row costs depends on it).
+            running = self.kv.table.running()
+            rows, cells, others = 0, 0, 0.0
+            for r in running:
+                n = 1 + r.num_draft
+                rows += n
+                cells += n * r.n_past
+                if r.num_draft and r.generation is not None and r.generation.spec is not None:
+                    others += r.generation.spec.expected_kept
+            depth = cells / rows if rows else float(s.n_past)
+            draft = g.spec.propose(
+                s.tokens,
+                s.pending,
+                left - 1,
+                self.cost,
+                len(running),
+                rows,
+                others,
+                depth,
+                alone=len(running) == 1 and not self.crowded(),
+            )
+            if draft:
+                s.pending.extend(draft)
+                s.num_draft = len(draft)
 
     def on_sampled(
         self, s: Session, token: int, logits: Callable[[], Logits], *, in_kv: bool = False
