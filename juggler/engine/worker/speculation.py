@@ -2,10 +2,8 @@
 acceptance estimate and the cost model are `schedule.drafts`).
 
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
-session (its only pending token), and when a generation begins with only its prompt's
-last token to decode (the rest was cached), so a request asked again is drafted in its
-first decode. It brings the n-gram index up to what the sequence holds, looks up a
-draft (in the sequence's own tokens and in its worker's memory of recent generations run
+session (its only pending token). It brings the n-gram index up to what the sequence
+holds, looks up a draft (in the sequence's own tokens and in its worker's memory of recent generations run
 with the same adapter, `schedule.recall`, whichever matches further back), decides how
 much of it pays now (`drafts.best_length`, from how often draft tokens like these, from
 the same source after a match that long, plain or after a branch, were kept on this
@@ -15,7 +13,7 @@ the decode's shape might decide otherwise than the decode that chose it,
 `schedule.ties`, and a lone stream with no request waiting takes it that far) and
 returns that; `Generations` appends it to the session's `pending` (`Session.num_draft`
 says how many of the pending tokens are draft).
-The decoder decodes the pending token and the drafts in one chunk, samples each row in
+The decoder decodes the sampled token and the drafts in one chunk, samples each row in
 order, and reports how many drafts the samples kept (`verified`). It reads token lists
 only: it knows nothing of sessions.
 """
@@ -82,8 +80,8 @@ class Speculation:
         *,
         alone: bool | None = None,
     ) -> list[int]:
-        """The draft to append after the one pending token (`pending`, after the
-        sequence's `tokens`: a token just sampled, or a cached prompt's last): at most `room` tokens, what the generation and the sequence's cells
+        """The draft to append after the sampled token (`pending`, after the sequence's
+        `tokens`): at most `room` tokens, what the generation and the sequence's cells
         still hold after it (empty: none). The next decode has `rows` rows without it
         (default: one per generating sequence) attending to `depth` cells on average,
         and the drafts already in it are expected to keep `others_kept` tokens. `alone`:
