@@ -136,9 +136,10 @@ class Recall:
             while self._size > self.max_tokens // 2 and len(self._docs) > 1:
                 old = self._docs.popleft()
                 self._size -= len(old.tokens)
-                del self._seen[(old.greedy, tuple(old.tokens), tuple(old.ties))]
+                old_text = tuple(old.tokens)
+                del self._seen[(old.greedy, old_text, tuple(old.ties))]
                 if old.greedy:
-                    self._greedy_texts[tuple(old.tokens)] -= 1
+                    self._greedy_texts[old_text] -= 1
             self._rebuild()
         else:
             self._index(entry)
