@@ -101,6 +101,19 @@ DRAFT_CAP = 64
 #: drafts that paid on paper ran 0.78-0.93x as fast as none. A lone stream counts its
 #: estimate whole: its repeats are kept whole and its probes must stay cheap to pass.
 SHARED_DISCOUNT = 0.15
+#: In a decode shared by several sequences a draft is only bet where it is expected to
+#: keep its tokens at least this far from the share that pays even towards all of them.
+#: There a kept token saves a sequence's share of the decode and a refused one costs a
+#: whole row, so on a CPU the break-even is high: on 2 cores with SmolLM2 at 8 streams,
+#: 3 to 16 draft rows pay even at 61-89% kept, one or two rows only at 88% or more
+#: (`bench/bench_rows.py --streams 8 --depth 120`, two runs).
+#: Near it, the measured costs (which vary with the host's load and the cells the batch
+#: spans) cannot tell a paying draft from a losing one, and in a burst a draft kept by a
+#: stream that finishes early saves less still: the burst lasts as long as its slowest
+#: stream. At 8 streams writing stories, drafts that kept 40-70% of their tokens (a
+#: remembered phrase, a short match in the story itself) made bursts 0.83-0.92x as fast
+#: as none. Where rows are nearly free (a GPU) the break-even is low and so is the bar.
+SHARED_MARGIN = 0.5
 #: While drafts do not pay, a one-token draft is still tried this often (sampled tokens),
 #: so that a sequence that starts to quote is noticed.
 PROBE_EVERY = 16
@@ -276,6 +289,13 @@ class Survival:
         return out
 
 
+#: Decodes of up to this many rows are timed per row count, larger ones per bucket of
+#: `LENGTHS` (then doubling). A decode's time is not smooth in its rows: on 2 CPU cores
+#: with SmolLM2, 8 sequences of one row took 28.4 ms, with one draft row more 33.1, two
+#: 36.7, four 40.3, eight 48.3 (`bench/bench_rows.py --streams 8`). One bucket for 9 to
+#: 12 rows read the ninth row at 2.8 ms where it cost 4.7, and at 8 streams one-token
+#: drafts and probes that cannot pay were bet on every few tokens.
+EXACT_ROWS = 32
 #: Depths (the cells a decode's rows attend to) whose decodes share a cost table: below
 #: `DEPTH_START`, then bands each `DEPTH_RATIO` times the last.
 DEPTH_START = 256
@@ -292,7 +312,8 @@ def depth_band(depth: float) -> int:
 class RowCosts:
     """Decode time by the number of rows, at one band of depths (see `DecodeCost`).
 
-    The time is kept per bucket of row counts (`LENGTHS`, then doubling), as decaying
+    The time is kept per row count up to `EXACT_ROWS`, then per bucket of them (`LENGTHS`,
+    then doubling), as decaying
     means of the rows and seconds measured there, and read between buckets by straight
     lines. Past the largest bucket known it is extrapolated at half the last slope: an
     optimistic guess, so that a long draft that may pay is tried once and its bucket
@@ -306,6 +327,9 @@ class RowCosts:
 
     #: Weight of a new measurement in its bucket's means.
     ALPHA = 0.2
+    #: A bucket that says fewer rows cost more than a later one measured this many times
+    #: as often is an outlier (see `points`).
+    OUTLIER_RATIO = 4
 
     def __init__(self, fixed_s: float = 0.006, per_row_s: float = 0.0055) -> None:
         self._rows: dict[int, float] = {}
@@ -314,8 +338,10 @@ class RowCosts:
         # Seeded with two made-up decodes that say the defaults: one real decode replaces
         # the seed of its bucket, and the first real decode of more than one row both.
         self._seeded: set[int] = set()
-        #: The buckets measured in this band (the others are seeds or borrowed).
+        #: The buckets measured in this band (the others are seeds or borrowed), and how
+        #: many decodes each was measured by.
         self._own: set[int] = set()
+        self._count: dict[int, int] = {}
         for rows in (1, 9):
             b = self._bucket(rows)
             self._seeded.add(b)
@@ -331,6 +357,8 @@ class RowCosts:
 
     @staticmethod
     def _bucket(rows: int) -> int:
+        if rows <= EXACT_ROWS:
+            return rows
         if rows <= LENGTHS[-1]:
             return LENGTHS[bisect.bisect_left(LENGTHS, rows)]
         return 1 << (rows - 1).bit_length()
@@ -342,6 +370,7 @@ class RowCosts:
             for seed in self._seeded - {1}:
                 del self._rows[seed], self._secs[seed]
             self._seeded &= {1}
+        self._count[b] = self._count.get(b, 0) + 1
         if b not in self._own:
             self._own.add(b)
             self._seeded.discard(b)
@@ -352,17 +381,27 @@ class RowCosts:
         self._secs[b] += a * (seconds - self._secs[b])
 
     def points(self) -> tuple[list[float], list[float]]:
-        """The rows and seconds known, by rows, each time at least the one before."""
+        """The rows and seconds known, by rows, each time at least the one before.
+
+        Where more rows took less time than fewer, the fewer are read as dear as them
+        (llama.cpp's tiled flash attention makes 64 rows cheaper than 48 after 1,600
+        cells), unless the fewer were measured by far fewer decodes
+        (`OUTLIER_RATIO`): then they are a decode slowed by the host and give way, read
+        between their neighbours. A burst's requests parsed on the same 2 cores made one
+        7-row decode take 40 ms beside hundreds of 8-row ones of 36; raising the later
+        buckets to it made 7 to 8 rows, and at one point 8 to 12, cost nothing, and
+        every draft there seemed to pay."""
         if self._points is None:
             known = self._own if len(self._own) >= 2 else self._rows.keys()
-            rows: list[float] = []
-            secs: list[float] = []
-            for r, t in sorted((self._rows[b], self._secs[b]) for b in known):
-                if rows and r <= rows[-1]:
+            kept: list[tuple[float, float, int]] = []
+            for b in sorted(known, key=self._rows.__getitem__):
+                r, t, n = self._rows[b], self._secs[b], self._count.get(b, 0)
+                if kept and r <= kept[-1][0]:
                     continue
-                rows.append(r)
-                secs.append(max(t, secs[-1]) if secs else t)
-            self._points = (rows, secs)
+                while kept and kept[-1][1] > t and kept[-1][2] * self.OUTLIER_RATIO <= n:
+                    kept.pop()
+                kept.append((r, max(t, kept[-1][1]) if kept else t, n))
+            self._points = ([r for r, _, _ in kept], [t for _, t, _ in kept])
         return self._points
 
     def seconds(self, rows: int) -> float:
@@ -452,9 +491,16 @@ def best_length(
     # seemed cheap (measured: quote at 8 streams 0.76x of no drafts).
     yielded = max(1, num_seqs) + others_kept
     best, best_rate = 0, yielded / base
-    trust = 1.0 - SHARED_DISCOUNT if num_seqs > 1 else 1.0
+    shared = num_seqs > 1
+    trust = 1.0 - SHARED_DISCOUNT if shared else 1.0
     for k, e in zip(lengths, kept, strict=True):
-        rate = (yielded + trust * e) / table.seconds(rows + k)
+        seconds = table.seconds(rows + k)
+        if shared:
+            # The share of its k tokens a draft must keep to pay even, and the bar above it.
+            even = min(1.0, yielded * (seconds - base) / (base * k))
+            if e < k * (even + SHARED_MARGIN * (1.0 - even)):
+                continue
+        rate = (yielded + trust * e) / seconds
         if rate > best_rate:
             best, best_rate = k, rate
     return best
