@@ -313,9 +313,8 @@ class RowCosts:
     """Decode time by the number of rows, at one band of depths (see `DecodeCost`).
 
     The time is kept per row count up to `EXACT_ROWS`, then per bucket of them (`LENGTHS`,
-    then doubling), as decaying
-    means of the rows and seconds measured there, and read between buckets by straight
-    lines. Past the largest bucket known it is extrapolated at half the last slope: an
+    then doubling), as decaying means of the rows and seconds measured there, and read
+    between buckets by straight lines. Past the largest bucket known it is extrapolated at half the last slope: an
     optimistic guess, so that a long draft that may pay is tried once and its bucket
     measured, rather than never tried because nothing was known.
 

@@ -129,17 +129,13 @@ class Speculation:
         if want == 0:
             # Now and then one token is tried anyway, so a sequence that starts quoting
             # after a while is noticed and the estimate follows it; not where even a draft
-            # token sure to be kept would not pay for its row (many streams on a CPU), nor
-            # beside other streams where this one would not clear the bar a shared decode
-            # sets (`drafts.SHARED_MARGIN`).
-            if self.since_draft < PROBE_EVERY or not best_length(
-                [1.0 if num_seqs == 1 else kept[0]],
-                [1],
-                cost,
-                rows=rows,
-                num_seqs=num_seqs,
-                others_kept=others_kept,
-                depth=depth,
+            # token sure to be kept would not pay for its row. Only a lone stream probes:
+            # beside other streams the one-token draft just weighed had to clear the bar a
+            # shared decode sets (`drafts.SHARED_MARGIN`), and did not.
+            if (
+                self.since_draft < PROBE_EVERY
+                or num_seqs > 1
+                or not best_length([1.0], [1], cost, rows=rows, num_seqs=1, depth=depth)
             ):
                 return []
             want = 1
