@@ -81,10 +81,18 @@ def start_llama(spec: str | None) -> Server | None:
 
 
 def burst(
-    url: str, workload: str, streams: int, tokens: int, extra: dict[str, Any], first: int = 0
+    url: str,
+    workload: str,
+    streams: int,
+    tokens: int,
+    extra: dict[str, Any],
+    first: int = 0,
+    latencies: list[float] | None = None,
 ) -> tuple[float, list[str]]:
     """Tokens a second of `streams` requests at once, stream i asking item `first + i`,
-    and the answers."""
+    and the answers (each request's seconds from the burst's start to its answer are
+    appended to `latencies`, when given)."""
+    t0 = time.perf_counter()
 
     def one(i: int) -> tuple[int, str]:
         body = {
@@ -98,9 +106,10 @@ def burst(
             r = c.post(url + "/v1/chat/completions", json=body)
             r.raise_for_status()
             data = r.json()
-            return int(data["usage"]["completion_tokens"]), data["choices"][0]["message"]["content"]
+        if latencies is not None:
+            latencies.append(time.perf_counter() - t0)
+        return int(data["usage"]["completion_tokens"]), data["choices"][0]["message"]["content"]
 
-    t0 = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
         answers = list(pool.map(one, range(streams)))
     tps = sum(n for n, _ in answers) / (time.perf_counter() - t0)
