@@ -34,6 +34,7 @@ from typing import Any
 
 import bench_spec
 import spec_workloads
+from bench_engine import Server
 
 ANIMALS = ["dragon", "otter", "fox", "owl", "whale", "badger", "heron", "lynx", "crow",
            "bear", "hare", "seal", "wolf", "moth", "goat", "crab", "eel", "swan", "toad",
@@ -60,13 +61,15 @@ def main() -> None:
     args = p.parse_args()
     bench_spec.messages = story  # the bursts ask stories
     spec_workloads.messages = story
-    backends = [bench_spec.start_backend(), bench_spec.start_backend()]
     speculative = {"spec": not args.aa, "none": False}
     n = args.streams
     item = 1000 * args.seed
     ratios: dict[str, list[float]] = {ASK: [], REPEAT: []}
     waited: dict[str, list[float]] = {ASK: [], REPEAT: []}
+    backends: list[Server] = []
     try:
+        for _ in range(2):  # started inside the try: a failed second start stops the first
+            backends.append(bench_spec.start_backend())
         for r in range(args.rounds):
             tps: dict[tuple[str, str], float] = {}
             latency: dict[tuple[str, str], float] = {}
