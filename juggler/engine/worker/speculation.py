@@ -40,7 +40,7 @@ from juggler.engine.schedule.drafts import (
     match_class,
 )
 from juggler.engine.schedule.recall import Recall
-from juggler.engine.schedule.ties import ANY, exact_length
+from juggler.engine.schedule.ties import ANY, exact_length, settle
 
 
 @dataclass(eq=False)
@@ -79,6 +79,7 @@ class Speculation:
         depth: float = 0.0,
         *,
         alone: bool | None = None,
+        exact: bool = True,
     ) -> list[int]:
         """The draft to append after the sampled token (`pending`, after the sequence's
         `tokens`): at most `room` tokens, what the generation and the sequence's cells
@@ -86,7 +87,8 @@ class Speculation:
         (default: one per generating sequence) attending to `depth` cells on average,
         and the drafts already in it are expected to keep `others_kept` tokens. `alone`:
         the sequence is the only one generating and no request waits to start (default:
-        `num_seqs` is 1)."""
+        `num_seqs` is 1). `exact`: every decode that chose a token of this generation so
+        far was exact (`ties.exact_decode`)."""
         room = min(self.max_len, room)
         if room <= 0:
             return []
@@ -102,7 +104,7 @@ class Speculation:
             if said.reach > match:  # an earlier generation said this, from further back
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
-                ties = said.ties
+                ties = settle(said.ties, said.confirmed, exact) if repeat else ()
                 confirmed = said.confirmed
         cls = match_class(match, recalled, repeat)
         if cls != REPEAT_CLASS:
