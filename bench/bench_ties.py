@@ -16,7 +16,8 @@ at each position of the answer, the lead of the answer's token over its runner-u
 
 Printed per case: the median, 99th percentile and largest move of the lead between
 pairs of these, whether `few` and `few63` gave bit-identical logits, and how many of the
-answer's tokens led by less than each of a few bounds. Over a prompt of a few tokens the
+answer's tokens led by less than each of a few bounds, and where `few` chose otherwise than
+the answer (teacher-forced, it goes on with the answer), the lead the answer had there. Over a prompt of a few tokens the
 cells in use stay under 256 (llama.cpp then attends over 256 and does not split one
 row's attention), and `one` equals `few` bit for bit; over a long one it does not.
 """
@@ -118,13 +119,14 @@ def measure(m: Model, workload: str, item: int, n: int) -> None:
 
     exact = all(np.array_equal(a, b) for a, b in zip(forced[4], forced[63], strict=True))
     one_exact = sum(np.array_equal(a, b) for a, b in zip(one, forced[4], strict=True))
-    parted = sum(lv < 0 for lv in leads["few"])
+    # Where `few` chose otherwise than the answer: the answer's lead there.
+    parted = [round(lo, 3) for lo, lf in zip(leads["one"], leads["few"], strict=True) if lf < 0]
     under = " ".join(f"<{b}:{sum(lv < b for lv in leads['one'])}" for b in BOUNDS)
     print(
         f"{workload}:{item} prompt {p} cells {p + n} | lead moves median/p99/max: "
         f"{moves('one', 'few-on-one')}  {moves('few-on-one', 'few')}  {moves('one', 'few')}  "
         f"{moves('few', 'tiled')}  {moves('few', 'few63')} | few==few63 bit for bit {exact}, "
-        f"one==few {one_exact}/{n}, few parted from one at {parted} | leads {under}",
+        f"one==few {one_exact}/{n}, few parted from one where it led by {parted} | leads {under}",
         flush=True,
     )
 

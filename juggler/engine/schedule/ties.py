@@ -30,17 +30,18 @@ before is given again up to its first risky near-tie, and its drafts are kept wh
 
 That holds only where the KV the token was chosen on was written as it was before: a
 decode writes the cells of its rows, and every later token attends to them. Measured
-(the same six kinds of answer, `bench/bench_ties.py`): decodes of 2 to 63 rows give
-bit-identical logits whatever their row count, and so does a single row while the cells
-in use are at most `EXACT_CELLS` (llama.cpp then attends over 256 cells, too few to
-split); a single row over more cells, or a tiled decode, moved a token's lead over its
-runner-up by 0.1 at the median and by up to 1.22 (by up to 0.72 for a tiled one),
-whether the token itself or only the tokens before it were decoded so. So each token
-also records whether its lead was under `HISTORY_NEAR_TIE` (`CLOSE`), and whether any
-decode that chose a token of its answer up to it was not exact (`INEXACT`: its KV is
-not what an exact repeat writes). Such a close token of an answer not yet confirmed, or
-of any answer asked again on KV written otherwise than exactly, is `RISKY` (`settle`).
-A confirmed answer came out the same twice, near-ties and all, and keeps its ties.
+(`bench/bench_ties.py`, twelve grounded answers after 850 to 1,400 prompt tokens and two
+stories after 20): decodes of 2 to 63 rows give bit-identical logits whatever their row
+count, and so does a single row while the cells in use are at most `EXACT_CELLS`
+(llama.cpp then attends over 256 cells, too few to split); a single row over more
+cells, or a tiled decode, moved a token's lead over its runner-up by 0.1 at the median
+and by up to 1.22, whether it chose the token or only wrote the tokens before it. The
+answers decoded again by few-row decodes parted 9 times, each where the answer's
+lead was under 0.14. So a recorded tie also says whether any decode that chose a token
+of its answer up to it was not exact (`INEXACT`). Asked again, a near-tie (a lead under
+`TILED_NEAR_TIE`) of such an answer, or of any answer on KV the repeat itself did not
+write exactly, is `RISKY` until the answer is confirmed (`settle`): a confirmed answer
+came out the same twice, near-ties and all, and keeps the ties its decodes chose.
 """
 
 from __future__ import annotations
@@ -55,17 +56,15 @@ TILE_ROWS = 64
 #: by any but a tiled one; by none for sure. `BASE` masks it out of a recorded tie.
 ANY, FEW_TIE, NEAR, RISKY = 0, 1, 2, 3
 BASE = 3
-#: Flags of a recorded tie: its lead was under `HISTORY_NEAR_TIE`; a decode that chose
-#: it or a token of its answer before it was not exact (`exact_decode`).
-CLOSE, INEXACT = 4, 8
+#: The flag of a recorded tie whose token, or a token of its answer before it, was
+#: chosen by a decode that was not exact (`exact_decode`).
+INEXACT = 4
 #: Leads under this part between the one-row shape and the few-row one (measured: up to
-#: 0.063); between the tiled shape and another, leads under `TILED_NEAR_TIE` do
+#: 0.063 after 700 cells, 0.131 after 850 to 1,400, where one-row decodes had written
+#: the answer: a near-tie holds only on KV written exactly, see `INEXACT`); between the tiled shape and another, leads under `TILED_NEAR_TIE` do
 #: (measured: up to 0.29).
 NEAR_TIE = 0.1
 TILED_NEAR_TIE = 0.35
-#: Leads under this may part where the KV a token attends to was written otherwise
-#: (measured: up to 1.22; 99% of moves under 0.72).
-HISTORY_NEAR_TIE = 1.0
 #: A one-row decode is exact (as one of 2 to 63 rows) while the cells in use are at
 #: most this: llama.cpp attends over the cells in use padded to 256, and splits a
 #: single row's attention over them from 512 (`ggml-cpu/ops.cpp`: `use_split_kv_path`).
@@ -88,33 +87,25 @@ def tie_of(lead: float, rows: int, exact: bool = True) -> int:
     """The recorded tie of a greedy token whose logit led the next best by `lead`,
     chosen by a decode of `rows` rows; `exact`: every decode that chose a token of its
     answer so far, this one included, was exact (`exact_decode`)."""
-    flags = (CLOSE if lead < HISTORY_NEAR_TIE else 0) | (0 if exact else INEXACT)
+    flag = 0 if exact else INEXACT
     if lead >= TILED_NEAR_TIE:
-        return ANY | flags
+        return ANY | flag
     decode_shape = shape(rows)
     if decode_shape == TILED:
-        return RISKY | flags
+        return RISKY | flag
     if lead >= NEAR_TIE:
-        return NEAR | flags
-    return (FEW_TIE if decode_shape == FEW else RISKY) | flags
+        return NEAR | flag
+    return (FEW_TIE if decode_shape == FEW else RISKY) | flag
 
 
 def settle(ties: Sequence[int], confirmed: bool, exact: bool = True) -> list[int]:
     """The ties by which to draft a recalled greedy answer (`exact_length`) from its
-    recorded ones: a confirmed answer's as they were chosen; otherwise a close token is
-    `RISKY` where its answer's KV was written otherwise than exactly, or where the
-    repeat's is not `exact` so far, and holds in no tiled decode where both were."""
+    recorded ones: as its decodes chose them, but that a near-tie of an answer not
+    confirmed is `RISKY` where the answer's KV was written otherwise than exactly, or
+    where the repeat's is not `exact` so far (see the module doc)."""
     if confirmed:
         return [t & BASE for t in ties]
-    settled = []
-    for t in ties:
-        if not t & CLOSE:
-            settled.append(ANY)
-        elif t & INEXACT or not exact:
-            settled.append(RISKY)
-        else:
-            settled.append(NEAR if t & BASE == ANY else t & BASE)
-    return settled
+    return [RISKY if t & BASE != ANY and (t & INEXACT or not exact) else t & BASE for t in ties]
 
 
 def holds(tie: int, decode_shape: int) -> bool:
