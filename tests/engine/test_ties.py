@@ -11,11 +11,8 @@ from __future__ import annotations
 
 from juggler.engine.schedule.ties import (
     ANY,
-    BASE,
-    EXACT_CELLS,
     FEW,
     FEW_TIE,
-    INEXACT,
     NEAR,
     NEAR_TIE,
     ONE,
@@ -23,10 +20,8 @@ from juggler.engine.schedule.ties import (
     TILE_ROWS,
     TILED,
     TILED_NEAR_TIE,
-    exact_decode,
     exact_length,
     holds,
-    settle,
     shape,
     tie_of,
 )
@@ -47,8 +42,6 @@ def test_a_token_is_tied_by_its_lead_and_the_shape_that_chose_it() -> None:
     assert tie_of(NEAR_TIE / 2, 1) == RISKY
     assert tie_of(NEAR_TIE, 1) == tie_of(NEAR_TIE, 8) == NEAR
     assert tie_of(NEAR_TIE, TILE_ROWS) == tie_of(0.0, TILE_ROWS) == RISKY
-    assert tie_of(NEAR_TIE, 8, exact=False) == NEAR | INEXACT
-    assert tie_of(2.0, 8, exact=False) == ANY | INEXACT
     assert all(holds(ANY, s) for s in (ONE, FEW, TILED))
     assert [holds(FEW_TIE, s) for s in (ONE, FEW, TILED)] == [False, True, False]
     assert [holds(NEAR, s) for s in (ONE, FEW, TILED)] == [True, True, False]
@@ -77,34 +70,3 @@ def test_a_repeat_is_drafted_only_as_far_as_each_token_holds() -> None:
     assert exact_length([ANY] * 5 + [FEW_TIE] + [ANY] * 3 + [RISKY] + wide, 1, 64) == 9
     # Ties shorter than the draft: the rest holds anywhere.
     assert exact_length([], 1, 40) == 40
-
-
-def test_only_decodes_of_a_few_rows_or_one_row_over_few_cells_are_exact() -> None:
-    """Measured (`bench/bench_ties.py`): "decodes of 2 to 63 rows give bit-identical
-    logits whatever their row count, and so does a single row while the cells in use are
-    at most `EXACT_CELLS`; a single row over more cells, or a tiled decode, moved a
-    token's lead over its runner-up by 0.1 at the median and by up to 1.22"."""
-    assert exact_decode(2, 10_000) and exact_decode(TILE_ROWS - 1, 10_000)
-    assert exact_decode(1, EXACT_CELLS) and not exact_decode(1, EXACT_CELLS + 1)
-    assert not exact_decode(TILE_ROWS, 100)
-
-
-def test_a_near_tie_of_an_answer_written_otherwise_is_risky_until_confirmed() -> None:
-    """ "The answers decoded again by few-row decodes parted 9 times, each where the
-    answer's lead was under 0.14": a near-tie holds only where both its answer and the
-    repeat were written by exact decodes. A confirmed answer came out the same twice
-    and keeps the ties its decodes chose."""
-    recorded = [
-        tie_of(0.5, 1, exact=False),  # wide: holds anywhere, however written
-        tie_of(0.2, 1, exact=False),  # near, written otherwise: risky
-        tie_of(0.2, 8),  # near, written exactly: not in a tiled decode
-        tie_of(0.05, 8),  # a few-row near-tie, written exactly
-        tie_of(0.05, 8, exact=False),
-    ]
-    assert settle(recorded, confirmed=False) == [ANY, RISKY, NEAR, FEW_TIE, RISKY]
-    assert settle(recorded, confirmed=False, exact=False) == [ANY, RISKY, RISKY, RISKY, RISKY]
-    assert settle(recorded, confirmed=True, exact=False) == [t & BASE for t in recorded]
-    assert settle(recorded, confirmed=True) == [ANY, NEAR, NEAR, FEW_TIE, FEW_TIE]
-    # Drafted from the start: up to the risky token, which the row after the draft decides.
-    assert exact_length(settle(recorded, confirmed=False), 1, 64) == 1
-    assert exact_length(settle(recorded, confirmed=True), 1, 64) == TILE_ROWS - 2

@@ -28,20 +28,19 @@ the decode decides holds in its shape, a risky one at most as the token sampled 
 the draft, where parting wastes no row (`exact_length`). Drafted so, an answer given
 before is given again up to its first risky near-tie, and its drafts are kept whole.
 
-That holds only where the KV the token was chosen on was written as it was before: a
-decode writes the cells of its rows, and every later token attends to them. Measured
-(`bench/bench_ties.py`, twelve grounded answers after 850 to 1,400 prompt tokens and two
-stories after 20): decodes of 2 to 63 rows give bit-identical logits whatever their row
-count, and so does a single row while the cells in use are at most `EXACT_CELLS`
-(llama.cpp then attends over 256 cells, too few to split); a single row over more
-cells, or a tiled decode, moved a token's lead over its runner-up by 0.1 at the median
-and by up to 1.22, whether it chose the token or only wrote the tokens before it. The
-answers decoded again by few-row decodes parted 9 times, each where the answer's
-lead was under 0.14. So a recorded tie also says whether any decode that chose a token
-of its answer up to it was not exact (`INEXACT`). Asked again, a near-tie (a lead under
-`TILED_NEAR_TIE`) of such an answer, or of any answer on KV the repeat itself did not
-write exactly, is `RISKY` until the answer is confirmed (`settle`): a confirmed answer
-came out the same twice, near-ties and all, and keeps the ties its decodes chose.
+Where one-row decodes wrote an answer's KV, that holds less: every later token attends
+to those cells. Measured (`bench/bench_ties.py`, ten grounded answers after 850 to
+1,400 prompt tokens): decodes of 2 to 63 rows give bit-identical logits whatever their
+row count, and so does a single row while the cells in use are at most 256 (llama.cpp
+then attends over 256 cells and does not split them); a single row over more cells, or
+a tiled decode, moved a token's lead by 0.1 at the median and by up to 1.22, whether it
+chose the token or only wrote the tokens before it, and the few-row decodes parted from
+the one-row answer where it led by up to 0.131. Leaving every near-tie of an answer so
+written to the row after a draft was tried, and measured worse (`bench_spec.py --rounds
+3 --levels 1`, twice each way, interleaved: table's second repeat and code's first came
+out otherwise each time, 140-152 decodes, where the ties above kept them whole in 3 to
+5): a near-tie that a decode of a few rows chose is chosen again by one, not by the
+lone row that decides a near-tie next to the draft. So the ties stay as above.
 """
 
 from __future__ import annotations
@@ -53,22 +52,13 @@ from collections.abc import Sequence
 ONE, FEW, TILED = 0, 1, 2
 TILE_ROWS = 64
 #: A token's tie: given again by a decode of any shape; only by one of 2 to 63 rows;
-#: by any but a tiled one; by none for sure. `BASE` masks it out of a recorded tie.
-ANY, FEW_TIE, NEAR, RISKY = 0, 1, 2, 3
-BASE = 3
-#: The flag of a recorded tie whose token, or a token of its answer before it, was
-#: chosen by a decode that was not exact (`exact_decode`).
-INEXACT = 4
+#: by any but a tiled one; by none for sure.
+ANY, FEW_TIE, NEAR, RISKY = -1, 0, 1, 2
 #: Leads under this part between the one-row shape and the few-row one (measured: up to
-#: 0.063 after 700 cells, 0.131 after 850 to 1,400, where one-row decodes had written
-#: the answer: a near-tie holds only on KV written exactly, see `INEXACT`); between the tiled shape and another, leads under `TILED_NEAR_TIE` do
+#: 0.063 after 700 cells, 0.131 after 850 to 1,400); between the tiled shape and another, leads under `TILED_NEAR_TIE` do
 #: (measured: up to 0.29).
 NEAR_TIE = 0.1
 TILED_NEAR_TIE = 0.35
-#: A one-row decode is exact (as one of 2 to 63 rows) while the cells in use are at
-#: most this: llama.cpp attends over the cells in use padded to 256, and splits a
-#: single row's attention over them from 512 (`ggml-cpu/ops.cpp`: `use_split_kv_path`).
-EXACT_CELLS = 256
 
 
 def shape(rows: int) -> int:
@@ -76,36 +66,17 @@ def shape(rows: int) -> int:
     return ONE if rows <= 1 else FEW if rows < TILE_ROWS else TILED
 
 
-def exact_decode(rows: int, cells: int) -> bool:
-    """Whether a decode of `rows` rows, with `cells` KV cells in use after it, computes
-    what any decode of 2 to 63 rows computes, bit for bit (see the module doc)."""
-    decode_shape = shape(rows)
-    return decode_shape == FEW or (decode_shape == ONE and cells <= EXACT_CELLS)
-
-
-def tie_of(lead: float, rows: int, exact: bool = True) -> int:
-    """The recorded tie of a greedy token whose logit led the next best by `lead`,
-    chosen by a decode of `rows` rows; `exact`: every decode that chose a token of its
-    answer so far, this one included, was exact (`exact_decode`)."""
-    flag = 0 if exact else INEXACT
+def tie_of(lead: float, rows: int) -> int:
+    """The tie of a greedy token whose logit led the next best by `lead`, chosen by a
+    decode of `rows` rows."""
     if lead >= TILED_NEAR_TIE:
-        return ANY | flag
+        return ANY
     decode_shape = shape(rows)
     if decode_shape == TILED:
-        return RISKY | flag
+        return RISKY
     if lead >= NEAR_TIE:
-        return NEAR | flag
-    return (FEW_TIE if decode_shape == FEW else RISKY) | flag
-
-
-def settle(ties: Sequence[int], confirmed: bool, exact: bool = True) -> list[int]:
-    """The ties by which to draft a recalled greedy answer (`exact_length`) from its
-    recorded ones: as its decodes chose them, but that a near-tie of an answer not
-    confirmed is `RISKY` where the answer's KV was written otherwise than exactly, or
-    where the repeat's is not `exact` so far (see the module doc)."""
-    if confirmed:
-        return [t & BASE for t in ties]
-    return [RISKY if t & BASE != ANY and (t & INEXACT or not exact) else t & BASE for t in ties]
+        return NEAR
+    return FEW_TIE if decode_shape == FEW else RISKY
 
 
 def holds(tie: int, decode_shape: int) -> bool:

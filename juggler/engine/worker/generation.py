@@ -20,7 +20,7 @@ from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
-from juggler.engine.schedule.ties import exact_decode, tie_of
+from juggler.engine.schedule.ties import tie_of
 from juggler.engine.worker.config import Clock
 from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.kv import KvBook
@@ -165,8 +165,6 @@ class Generations:
         decoding, see `speculation`)."""
         g = s.generation
         assert g is not None
-        if g.exact and g.ties is not None:
-            g.exact = exact_decode(num_rows, self.kv.used())
         kept = 0
         for j in range(len(drafts) + 1):
             row = first_row + j
@@ -180,7 +178,7 @@ class Generations:
             in_kv = j < len(drafts) and token == drafts[j]
             eog = self.model.is_eog(token)
             if g.ties is not None and not eog:
-                g.ties.append(tie_of(g.sampler.lead(row, token), num_rows, g.exact))
+                g.ties.append(tie_of(g.sampler.lead(row, token), num_rows))
             self.on_sampled(s, token, functools.partial(row_logits, row), in_kv=in_kv)
             if not in_kv or eog:
                 break
@@ -220,7 +218,6 @@ class Generations:
                 others,
                 depth,
                 alone=len(running) == 1 and not self.crowded(),
-                exact=g.exact,
             )
             if draft:
                 s.pending.extend(draft)

@@ -73,9 +73,6 @@ class Generation:
     #: A greedy generation the worker remembers (`schedule.recall`): each sampled
     #: token's tie (`schedule.ties`), in order; None: not recorded.
     ties: list[int] | None = None
-    #: Every decode that chose a token of it so far was exact (`ties.exact_decode`): its
-    #: KV is what any exact decode would have written.
-    exact: bool = True
 
 
 @dataclass(eq=False)

@@ -40,7 +40,7 @@ from juggler.engine.schedule.drafts import (
     match_class,
 )
 from juggler.engine.schedule.recall import Recall
-from juggler.engine.schedule.ties import ANY, exact_length, settle
+from juggler.engine.schedule.ties import ANY, exact_length
 
 
 @dataclass(eq=False)
@@ -79,7 +79,6 @@ class Speculation:
         depth: float = 0.0,
         *,
         alone: bool | None = None,
-        exact: bool = True,
     ) -> list[int]:
         """The draft to append after the sampled token (`pending`, after the sequence's
         `tokens`): at most `room` tokens, what the generation and the sequence's cells
@@ -87,8 +86,7 @@ class Speculation:
         (default: one per generating sequence) attending to `depth` cells on average,
         and the drafts already in it are expected to keep `others_kept` tokens. `alone`:
         the sequence is the only one generating and no request waits to start (default:
-        `num_seqs` is 1). `exact`: every decode that chose a token of this generation so
-        far was exact (`ties.exact_decode`)."""
+        `num_seqs` is 1)."""
         room = min(self.max_len, room)
         if room <= 0:
             return []
@@ -104,7 +102,7 @@ class Speculation:
             if said.reach > match:  # an earlier generation said this, from further back
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
-                ties = settle(said.ties, said.confirmed, exact) if repeat else ()
+                ties = said.ties
                 confirmed = said.confirmed
         cls = match_class(match, recalled, repeat)
         if cls != REPEAT_CLASS:
