@@ -9,6 +9,7 @@ import pytest
 
 from juggler.engine.llama.ports import ContextParams
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule.batch import FINAL_ROWS
 from juggler.engine.schedule.messages import AppendInput, Complete, CreateSession, Generate
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from juggler.engine.worker.kv import KvBook
@@ -289,7 +290,9 @@ def test_an_idle_worker_parks_a_cached_prefix_and_a_request_sharing_it_restores_
         got = events(second)
         assert [t for e in got for t in e.token_ids] == greedy(prompt, 3)
         stats = got[-1].stats
-        assert stats is not None and stats.prompt_tokens_reused == len(system) + 1  # and "Q"
+        # All it shares (system and "Q") but the prompt's last FINAL_ROWS tokens.
+        assert stats is not None
+        assert stats.prompt_tokens_reused == len(system) + 2 - FINAL_ROWS
         assert rig.worker.snapshot.num_parked == 0
 
     asyncio.run(go())
@@ -319,7 +322,9 @@ def test_a_request_sharing_a_running_requests_prefix_starts_on_its_cells() -> No
         assert got[-1].kind is EventKind.DONE, got[-1]
         assert tokens_of_events(got) == greedy(prompt, 5)
         stats = got[-1].stats
-        assert stats is not None and stats.prompt_tokens_reused == len(doc) + 1  # and "Q"
+        # All it shares (doc and "Q") but the prompt's last FINAL_ROWS tokens.
+        assert stats is not None
+        assert stats.prompt_tokens_reused == len(doc) + 2 - FINAL_ROWS
         assert rig.ctx.num_copies == 1 and rig.worker.snapshot.num_shares == 1
         # The first goes on unharmed to its own end.
         seen: list[StreamEvent] = []

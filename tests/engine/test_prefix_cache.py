@@ -17,6 +17,7 @@ from juggler.engine.cache.prefix_cache import (
     prefix_keys,
     worth_reusing,
 )
+from juggler.engine.schedule.batch import FINAL_ROWS
 
 
 def test_common_prefix_len() -> None:
@@ -27,12 +28,15 @@ def test_common_prefix_len() -> None:
 
 def test_longest_shared_prefix_wins() -> None:
     cached = [CachedSeq(0, (1, 2, 3, 9), 5), CachedSeq(1, (1, 2, 3, 4, 5), 1)]
-    assert choose_reuse(cached, [2, 3], [1, 2, 3, 4, 5, 6]) == Reuse(1, 5)
+    assert choose_reuse(cached, [2, 3], [1, 2, 3, 4, 5, 6]) == Reuse(1, 4)
 
 
-def test_at_least_one_prompt_token_is_decoded_again() -> None:
+def test_the_last_two_prompt_tokens_are_decoded_again() -> None:
+    """Decoded by two rows, as few-row decodes are exact (`schedule.batch.FINAL_ROWS`):
+    a greedy answer asked again is chosen on the same KV as the first time."""
     cached = [CachedSeq(0, (1, 2, 3, 4), 1)]
-    assert choose_reuse(cached, [], [1, 2, 3, 4]) == Reuse(0, 3)
+    assert choose_reuse(cached, [], [1, 2, 3, 4]) == Reuse(0, 4 - FINAL_ROWS)
+    assert choose_reuse(cached, [], [1]) == Reuse(0, 0)
 
 
 def test_no_shared_prefix_takes_a_free_sequence_before_recycling_the_lru() -> None:
@@ -47,7 +51,7 @@ def test_a_short_shared_prefix_does_not_cost_a_cached_sequence_its_tail() -> Non
     # One shared token of six: a free key keeps the cached sequence whole.
     assert choose_reuse(cached, [4], [1, 9, 9]) == Reuse(4, 0)
     # Half or more shared: taking it over is worth the tail it loses.
-    assert choose_reuse(cached, [4], [1, 2, 3, 9]) == Reuse(0, 3)
+    assert choose_reuse(cached, [4], [1, 2, 3, 4, 9]) == Reuse(0, 3)
     # No free key left: any shared prefix beats starting from nothing.
     assert choose_reuse(cached, [], [1, 9, 9]) == Reuse(0, 1)
 
@@ -57,11 +61,11 @@ def test_a_prompt_asked_again_replaces_its_earlier_answer() -> None:
     new one: every decode attended over 200 more cells (n_kv 512 instead of 256, about
     2% a token on SmolLM2), where llama-server reuses its slot."""
     story = CachedSeq(0, (*range(41), *range(500, 660)), 5)
-    assert choose_reuse([story], [4], range(41)) == Reuse(0, 40)
+    assert choose_reuse([story], [4], range(41)) == Reuse(0, 39)
     # A prompt that leaves the cached sequence early still keeps it whole.
     assert choose_reuse([story], [4], (*range(40), 7)) == Reuse(4, 0)
     # Longer than the cached sequence: a conversation going on, as before.
-    assert choose_reuse([story], [4], (*story.tokens, 9)) == Reuse(0, 201)
+    assert choose_reuse([story], [4], (*story.tokens, 9)) == Reuse(0, 200)
 
 
 def test_a_prefix_is_shared_from_the_sequence_holding_the_most_of_it() -> None:

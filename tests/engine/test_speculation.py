@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from juggler.engine.llama.ports import TokenBatch
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.schedule.batch import Chunk, SeqWork, schedule
+from juggler.engine.schedule.batch import FINAL_ROWS, Chunk, SeqWork, schedule
 from juggler.engine.schedule.drafts import (
     CONFIRMED_CAP,
     DEPTH_START,
@@ -923,5 +923,5 @@ def test_a_lone_stream_bets_a_repeat_whole_only_while_no_request_waits() -> None
 
     alone = asyncio.run(go(False))
     crowded = asyncio.run(go(True))
-    assert alone == [1, 59]  # the prompt's last token; then the rest of the answer, whole
+    assert alone == [FINAL_ROWS, 59]  # the prompt's last tokens; then the answer, whole
     assert crowded[1] <= 25  # the draft the costs favour, beside the other's prompt

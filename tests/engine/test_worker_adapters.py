@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.schedule.batch import Chunk, group_by_adapter
+from juggler.engine.schedule.batch import FINAL_ROWS, Chunk, group_by_adapter
 from juggler.engine.schedule.messages import (
     AdapterRef,
     AppendInput,
@@ -151,7 +151,7 @@ async def _test_a_cached_prefix_is_never_reused_under_another_adapter() -> None:
     (with_a,) = await run_all(rig, [submit(rig, "r3", prompt, 4, A)])
     assert with_a == greedy(prompt, 4, shift=3)
     reused = {n.request_id: n.stats.prompt_tokens_reused for n in done_notices(rig)}
-    assert reused["r2"] == len(prompt) - 1  # the base prompt again: its prefix was reused
+    assert reused["r2"] == len(prompt) - FINAL_ROWS  # the base prompt again: prefix reused
     assert reused["r3"] == 0  # under an adapter the base model's KV is worthless
 
 

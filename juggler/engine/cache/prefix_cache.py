@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from juggler.engine.schedule.batch import FINAL_ROWS
+
 #: Tokens per block for the master's cross-worker affinity hashes.
 AFFINITY_BLOCK = 64
 #: A stateless request counts as a cache hit when it reuses at least this many tokens.
@@ -104,7 +106,9 @@ def choose_reuse(
             n == best_len and n > 0 and best is not None and c.last_used > best.last_used
         ):
             best, best_len = c, n
-    keep = min(best_len, max(0, len(prompt) - 1))
+    # The prompt's last `FINAL_ROWS` tokens are decoded again, as the first time: by
+    # few rows, so a greedy answer asked again is chosen on the same KV (`batch`).
+    keep = min(best_len, max(0, len(prompt) - FINAL_ROWS))
     # The whole prompt inside a cached sequence: its tail is an earlier answer to this
     # very prompt (a retry, a regenerate, a benchmark's repeat), about to be answered
     # again, so it is replaced as llama-server replaces its slot's. Kept beside the new

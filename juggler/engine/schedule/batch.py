@@ -19,12 +19,30 @@ Policy:
    logits are only needed once a generation is registered.
 3. Nothing is planned beyond `free_cells` (KV cells left); work that could not be placed
    is listed in `deferred`.
+
+A plan of 64 rows or more is decoded in two (`exact_decodes`): first the prompt rows that
+choose nothing, then the rows that choose a token (a generating sequence's token and
+drafts, and the last `FINAL_ROWS` rows of a prompt), so those are decoded by few rows,
+whose arithmetic is the same whatever else the decode holds (`schedule.ties`). A prompt
+asked again decodes its last rows so, in a decode of its own or beside other streams'
+tokens; had the first answer to it been chosen by the tiled decode that prefilled eight
+prompts at once, its rounding would differ, and every later token with it: measured
+(`bench/bench_ties.py --prompt-tail`), such a repeat moved leads by up to 0.94 and
+came out otherwise in each of 4 stories, and was bit for bit the same once the prompt's
+last rows were decoded by few rows the first time too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from juggler.engine.schedule.ties import TILE_ROWS
+
+#: The rows at the end of a prompt decoded with the rows that choose tokens (see the
+#: module doc): two, so that a lone sequence's are two rows, as exact as a few-row
+#: decode (a single row over many cells is not, `ties.exact_decode`).
+FINAL_ROWS = 2
 
 
 @dataclass(frozen=True)
@@ -132,3 +150,24 @@ def group_by_adapter(
     for c in chunks:
         groups.setdefault(adapter_of.get(c.key), []).append(c)
     return [(adapter, tuple(cs)) for adapter, cs in groups.items()]
+
+
+def exact_decodes(chunks: Sequence[Chunk]) -> list[tuple[Chunk, ...]]:
+    """The decodes that carry out `chunks` (in order): one, unless they make `TILE_ROWS`
+    rows or more; then first the rows that choose no token (prompt chunks without
+    logits, and each prompt chunk with logits but its last `FINAL_ROWS` rows) and then
+    the rest, so that every row that chooses a token is decoded by fewer rows (see the
+    module doc; the second decode is tiled too only if its own rows reach that)."""
+    if sum(c.num_tokens for c in chunks) < TILE_ROWS:
+        return [tuple(chunks)]
+    silent: list[Chunk] = []
+    choosing: list[Chunk] = []
+    for c in chunks:
+        if not c.wants_logits:
+            silent.append(c)
+        elif c.num_logits == 1 and c.num_tokens > FINAL_ROWS:  # a prompt's last chunk
+            silent.append(Chunk(c.key, c.num_tokens - FINAL_ROWS, False))
+            choosing.append(Chunk(c.key, FINAL_ROWS, True))
+        else:
+            choosing.append(c)
+    return [tuple(d) for d in (silent, choosing) if d]

@@ -8,7 +8,8 @@ are filled in plan order and the rows that want logits are remembered with their
 
 LoRA (seed 004): work runs only once its adapter is loaded (`AdapterSet`); a plan that
 spans several adapters is decoded once per adapter (`schedule.batch.group_by_adapter`),
-each decode with its adapter applied.
+each decode with its adapter applied. One of 64 rows or more is decoded in two, the
+rows that choose a token last (`schedule.batch.exact_decodes`).
 """
 
 from __future__ import annotations
@@ -115,8 +116,9 @@ class Decoder:
         adapter_of = {k: s.adapter_id for k, s in by_seq.items()}
         for _, chunks in batching.group_by_adapter(plan.chunks, adapter_of):
             self.adapters.apply(by_seq[chunks[0].key].adapter)
-            if not self._decode(chunks, by_seq):
-                return Outcome.FAILED
+            for part in batching.exact_decodes(chunks):
+                if not self._decode(part, by_seq):
+                    return Outcome.FAILED
         api = self.api
         if len(busy) == 1 and len(plan.chunks) == 1 and not api.waiting and not api.pending:
             chunk = plan.chunks[0]

@@ -40,7 +40,7 @@ from juggler.engine.schedule.drafts import (
     match_class,
 )
 from juggler.engine.schedule.recall import Recall
-from juggler.engine.schedule.ties import ANY, exact_length
+from juggler.engine.schedule.ties import ANY, TILE_ROWS, exact_length
 
 
 @dataclass(eq=False)
@@ -88,6 +88,11 @@ class Speculation:
         the sequence is the only one generating and no request waits to start (default:
         `num_seqs` is 1)."""
         room = min(self.max_len, room)
+        if num_seqs > 1:
+            # Beside other streams a decode stays under `TILE_ROWS` rows: a tiled one
+            # chooses, and writes the KV, otherwise than one of a few rows, and answers
+            # given before then come out otherwise when asked again (`schedule.batch`).
+            room = min(room, TILE_ROWS - 1 - max(num_seqs, rows or 0))
         if room <= 0:
             return []
         self.since_draft += 1
