@@ -20,6 +20,15 @@ answer's tokens led by less than each of a few bounds, and where `few` chose oth
 the answer (teacher-forced, it goes on with the answer), the lead the answer had there. Over a prompt of a few tokens the
 cells in use stay under 256 (llama.cpp then attends over 256 and does not split one
 row's attention), and `one` equals `few` bit for bit; over a long one it does not.
+
+With `--prompt-tail`, for each story of `--cases`: two prompts (the story and a
+60-token one) are prefilled together in one tiled decode, as a worker prefills a burst,
+and the story is answered greedily by two-row decodes (its token beside the other's),
+as 8 streams decode; then, as a worker answers it again, the story's prompt is kept but
+for its last token, which is decoded again with the answer, teacher-forced, by 4 rows
+at a time. Printed: how far the leads moved and where the answer came out otherwise,
+once with the story's last prompt token decoded by the tiled prefill and once held back
+from it and decoded by the first two-row decode (`schedule.batch.exact_decodes`).
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ class Model:
         native.init_backend()
         self.model = native.Model(str(smol_path()))
         params = ContextParams(
-            n_ctx=4096, n_batch=512, n_ubatch=512, n_seq_max=1, n_threads=threads
+            n_ctx=4096, n_batch=512, n_ubatch=512, n_seq_max=2, n_threads=threads
         )
         self.ctx = self.model.new_context(params)
         self.batch = self.model.new_batch(512)
@@ -59,12 +68,16 @@ class Model:
 
     def decode(self, tokens: list[int], start: int) -> list[Any]:
         """Decode `tokens` at positions from `start`; a copy of each row's logits."""
+        return self.decode_rows([(t, start + j, 0) for j, t in enumerate(tokens)])
+
+    def decode_rows(self, rows: list[tuple[int, int, int]]) -> list[Any]:
+        """Decode (token, position, sequence) rows; a copy of each row's logits."""
         self.batch.clear()
-        for j, t in enumerate(tokens):
-            self.batch.add(t, start + j, 0, True)
+        for t, pos, seq in rows:
+            self.batch.add(t, pos, seq, True)
         if self.ctx.decode(self.batch) != 0:
             raise RuntimeError("llama_decode failed")
-        return [self.ctx.logits_view(j).copy() for j in range(len(tokens))]
+        return [self.ctx.logits_view(j).copy() for j in range(len(rows))]
 
     def drop(self, start: int) -> None:
         self.ctx.seq_rm(0, start, -1)
@@ -131,16 +144,57 @@ def measure(m: Model, workload: str, item: int, n: int) -> None:
     )
 
 
+def prompt_tail(m: Model, workload: str, item: int, n: int) -> None:
+    prompt = m.prompt(workload, item)
+    p = len(prompt)
+    other = m.prompt("story", 7)[:20] * 3
+    for hold in (False, True):
+        m.ctx.seq_rm(0)
+        m.ctx.seq_rm(1)
+        head = prompt[:-1] if hold else prompt
+        rows = m.decode_rows(
+            [(t, i, 0) for i, t in enumerate(head)] + [(t, i, 1) for i, t in enumerate(other)]
+        )
+        at = len(other)
+        if hold:
+            rows = m.decode_rows([(prompt[-1], p - 1, 0), (other[-1], at, 1)])
+            at += 1
+        answer = [int(np.argmax(rows[0 if hold else p - 1]))]
+        leads = [lead(rows[0 if hold else p - 1], answer[0])]
+        for j in range(n):
+            row = m.decode_rows([(answer[-1], p + j, 0), (other[-1], at, 1)])[0]
+            at += 1
+            answer.append(int(np.argmax(row)))
+            leads.append(lead(row, answer[-1]))
+        m.drop(p - 1)
+        again: list[Any] = []
+        forced = [prompt[-1], *answer[:n]]
+        for s in range(0, len(forced), 4):
+            again += m.decode(forced[s : s + 4], p - 1 + s)
+        moved = max(abs(lead(again[j], answer[j]) - leads[j]) for j in range(n + 1))
+        parted = [round(leads[j], 3) for j in range(n + 1) if lead(again[j], answer[j]) < 0]
+        how = "by the first two-row decode" if hold else "by the tiled prefill"
+        print(
+            f"{workload}:{item} last prompt token decoded {how}: asked again, leads moved "
+            f"by up to {moved:.3f}; came out otherwise where the answer led by {parted}",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tokens", type=int, default=159)
     ap.add_argument("--cases", default=DEFAULT_CASES)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-tail", action="store_true")
     args = ap.parse_args()
     m = Model(args.threads)
     for case in args.cases.split(","):
         workload, item = case.split(":")
-        measure(m, workload, int(item), args.tokens)
+        if args.prompt_tail:
+            prompt_tail(m, workload, int(item), args.tokens)
+        else:
+            measure(m, workload, int(item), args.tokens)
 
 
 if __name__ == "__main__":
