@@ -41,7 +41,7 @@ from juggler.engine.schedule.ties import TILE_ROWS
 
 #: The rows at the end of a prompt decoded with the rows that choose tokens (see the
 #: module doc): two, so that a lone sequence's are two rows, as exact as a few-row
-#: decode (a single row over many cells is not, `ties.exact_decode`).
+#: decode (a single row over more than 256 cells is not, `schedule.ties`).
 FINAL_ROWS = 2
 
 

@@ -55,8 +55,8 @@ TILE_ROWS = 64
 #: by any but a tiled one; by none for sure.
 ANY, FEW_TIE, NEAR, RISKY = -1, 0, 1, 2
 #: Leads under this part between the one-row shape and the few-row one (measured: up to
-#: 0.063 after 700 cells, 0.131 after 850 to 1,400); between the tiled shape and another, leads under `TILED_NEAR_TIE` do
-#: (measured: up to 0.29).
+#: 0.063 after 700 cells, 0.131 after 850 to 1,400); between the tiled shape and
+#: another, leads under `TILED_NEAR_TIE` do (measured: up to 0.29).
 NEAR_TIE = 0.1
 TILED_NEAR_TIE = 0.35
 
