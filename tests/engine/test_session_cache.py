@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from juggler.engine.schedule.batch import FINAL_ROWS
 from tests.engine.conftest import Backend, generate, start_backend
 
 pytestmark = pytest.mark.slow
@@ -193,13 +194,14 @@ def test_concurrent_requests_about_one_document_share_its_cells(
         b.stop()
 
 
-def test_a_short_prompt_asked_again_after_a_pause_prefills_only_its_last_token(
+def test_a_short_prompt_asked_again_after_a_pause_prefills_only_its_last_tokens(
     smol_path: Path, log_dir: Path
 ) -> None:
     """A short prompt asked again (a story prompt, a title request) reuses all of its
-    cached tokens but the last, from the cache and after the idle worker parked them:
-    under 64 shared tokens it used to be prefilled whole every time (118 ms of a 1.4 s
-    story on SmolLM2, where llama-server reused its slot)."""
+    cached tokens but the last `FINAL_ROWS`, decoded again by two rows as the first time
+    (`schedule.batch`), from the cache and after the idle worker parked them: under 64
+    shared tokens it used to be prefilled whole every time (118 ms of a 1.4 s story on
+    SmolLM2, where llama-server reused its slot)."""
     b = start_backend(smol_path, "smol", log_dir, "--ctx-size", "4096")
     body = {
         "messages": [{"role": "user", "content": "Tell me a short story about a fox."}],
@@ -220,11 +222,11 @@ def test_a_short_prompt_asked_again_after_a_pause_prefills_only_its_last_token(
 
             first = ask()
             assert 8 < first < 64, first  # short: the whole prompt was prefilled
-            assert ask() == 1, "asked again at once: shared from the cached sequence"
+            assert ask() == FINAL_ROWS, "asked again at once: shared from the cached sequence"
             deadline = time.monotonic() + 10
             while b.stats()["parked_sequences"] == 0:
                 assert time.monotonic() < deadline, "the idle worker did not park"
                 time.sleep(0.1)  # polling interval
-            assert ask() == 1, "asked again after a pause: restored from the parked copy"
+            assert ask() == FINAL_ROWS, "asked again after a pause: restored from the parked copy"
     finally:
         b.stop()
