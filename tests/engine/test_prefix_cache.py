@@ -13,6 +13,7 @@ from juggler.engine.cache.prefix_cache import (
     choose_reuse,
     choose_share,
     common_prefix_len,
+    most_kept,
     over_budget,
     prefix_keys,
     worth_reusing,
@@ -37,6 +38,8 @@ def test_the_last_two_prompt_tokens_are_decoded_again() -> None:
     cached = [CachedSeq(0, (1, 2, 3, 4), 1)]
     assert choose_reuse(cached, [], [1, 2, 3, 4]) == Reuse(0, 4 - FINAL_ROWS)
     assert choose_reuse(cached, [], [1]) == Reuse(0, 0)
+    # The one rule for the cached, parked and shared paths: never below nothing.
+    assert [most_kept(n) for n in (0, 1, 2, 3, 40)] == [0, 0, 0, 1, 40 - FINAL_ROWS]
 
 
 def test_no_shared_prefix_takes_a_free_sequence_before_recycling_the_lru() -> None:

@@ -63,6 +63,14 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def most_kept(num_prompt: int) -> int:
+    """The most tokens of a prompt of `num_prompt` tokens whose KV a request may take
+    from a cached, parked or shared sequence: all but the last `FINAL_ROWS`, which are
+    decoded again as the first time, by few rows, so that a greedy answer asked again
+    is chosen on the same KV (`schedule.batch`)."""
+    return max(0, num_prompt - FINAL_ROWS)
+
+
 @dataclass(frozen=True)
 class CachedSeq:
     key: int
@@ -106,9 +114,7 @@ def choose_reuse(
             n == best_len and n > 0 and best is not None and c.last_used > best.last_used
         ):
             best, best_len = c, n
-    # The prompt's last `FINAL_ROWS` tokens are decoded again, as the first time: by
-    # few rows, so a greedy answer asked again is chosen on the same KV (`batch`).
-    keep = min(best_len, max(0, len(prompt) - FINAL_ROWS))
+    keep = min(best_len, most_kept(len(prompt)))
     # The whole prompt inside a cached sequence: its tail is an earlier answer to this
     # very prompt (a retry, a regenerate, a benchmark's repeat), about to be answered
     # again, so it is replaced as llama-server replaces its slot's. Kept beside the new

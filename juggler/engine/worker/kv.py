@@ -28,12 +28,12 @@ from juggler.engine.cache.prefix_cache import (
     choose_evictions,
     choose_reuse,
     choose_share,
+    most_kept,
     over_budget,
     worth_reusing,
 )
 from juggler.engine.cache.spill import SpillStore, size_of
 from juggler.engine.llama.ports import LlamaContext
-from juggler.engine.schedule.batch import FINAL_ROWS
 from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.worker.session import NO_SEQ, Session, SessionState
 from juggler.engine.worker.table import SessionTable
@@ -189,16 +189,16 @@ class KvBook:
         found = self.parked.best(prompt, better_than=reuse.keep, adapter=adapter)
         if found is not None:
             entry, shared = found
-            keep = min(shared, len(prompt) - FINAL_ROWS)
+            keep = min(shared, most_kept(len(prompt)))
             reuse = Reuse(key, keep if self.unpark(entry, key) else 0)
         holders = [
             CachedSeq(s.seq_id, tuple(s.tokens), s.last_used, s.adapter_id)
             for s in self.table.values()
             if s.has_seq and s.seq_id != key
         ]
-        # Shared up to the prompt's last `FINAL_ROWS` tokens at most: they are decoded
-        # again, as the first time (`prefix_cache.choose_reuse`).
-        share = choose_share(holders, prompt[:-FINAL_ROWS], adapter, better_than=reuse.keep)
+        share = choose_share(
+            holders, prompt[: most_kept(len(prompt))], adapter, better_than=reuse.keep
+        )
         if share.key is not None:
             self.share(share.key, key, share.keep)
             reuse = Reuse(key, share.keep)
