@@ -21,6 +21,7 @@ from juggler.engine.schedule.ties import (
     TILED,
     TILED_NEAR_TIE,
     exact_length,
+    planned_length,
     holds,
     shape,
     tie_of,
@@ -70,3 +71,27 @@ def test_a_repeat_is_drafted_only_as_far_as_each_token_holds() -> None:
     assert exact_length([ANY] * 5 + [FEW_TIE] + [ANY] * 3 + [RISKY] + wide, 1, 64) == 9
     # Ties shorter than the draft: the rest holds anywhere.
     assert exact_length([], 1, 40) == 40
+
+
+def test_a_lone_repeat_ends_its_draft_where_the_next_one_can_tile() -> None:
+    """Issue 23: records asked again, with near-ties that hold in a few rows at its
+    seventh and eighth tokens, was drafted as far as it held (63 rows, then 96: 513 ms
+    on 2 cores, `bench/bench_rows.py`: 63 rows 231 ms, 64 rows 184). Ending the first
+    draft at the near-ties lets the next decode tile: 8 rows, then 129."""
+
+    def cpu(rows: int) -> float:  # the few-row and the tiled curve, 900 cells deep
+        return 0.0074 if rows == 1 else 0.0037 * rows if rows < TILE_ROWS else 0.0028 * rows
+
+    ties = [ANY] * 6 + [NEAR, NEAR] + [ANY] * 151  # 158 tokens left, and the one after
+    assert exact_length(ties, 1, 128) == TILE_ROWS - 2
+    assert planned_length(ties, 1, 128, 158, 128, cpu) == 7  # decides tokens 0..7
+    # Where rows cost alike in every shape, the longest exact draft.
+    assert planned_length(ties, 1, 128, 158, 128, lambda r: 0.002 + 0.0037 * r) == TILE_ROWS - 2
+    # With no near-tie ahead: as long as allowed, tiled.
+    assert planned_length([ANY] * 159, 1, 128, 158, 128, cpu) == 128
+    # A risky near-tie is still decided only by the row after the draft.
+    risky = [ANY] * 12 + [RISKY] + [ANY] * 146
+    assert planned_length(risky, 1, 128, 158, 128, cpu) == exact_length(risky, 1, 128) == 12
+    assert planned_length([RISKY, *ties], 1, 128, 158, 128, cpu) == 0
+    # Near the answer's end: the rest in one decode.
+    assert planned_length([ANY] * 21, 1, 128, 20, 128, cpu) == 20

@@ -33,6 +33,7 @@ import math
 from collections.abc import Iterable
 
 from juggler.engine.cache.prefix_cache import common_prefix_len
+from juggler.engine.schedule.ties import TILE_ROWS
 
 #: A draft needs the last `MIN_MATCH` tokens to have occurred before.
 MIN_MATCH = 3
@@ -322,7 +323,17 @@ class RowCosts:
     band's table; each such entry gives way to the first measurement of its bucket, and
     once two buckets are measured here only those are read (past them, the optimistic
     guess): a copy from a deeper band prices every row too dear, and a bucket priced too
-    dear is never tried, so never measured."""
+    dear is never tried, so never measured.
+
+    Decodes of fewer than `TILE_ROWS` rows and decodes of more are two curves, not one:
+    llama.cpp's CPU flash attention tiles its query rows from 64 on, and deep in a
+    sequence that makes 64 rows cheaper than 63 (2 cores, SmolLM2, 900 cells: 63 rows
+    231 ms, 64 rows 184, `bench/bench_rows.py`). So no bucket holds both (the last
+    below the tile is `TILE_ROWS - 1`), each curve is kept rising on its own
+    (`points`), and a decode is read on its own curve: a few-row one on the few-row
+    curve only, a tiled one on the tiled curve (below its first point, along the line
+    from the last few-row point). Read as one rising curve, 64 rows were priced as 63,
+    and a repeat was drafted 63 + 96 rows where 9 + 129 yield more a second."""
 
     #: Weight of a new measurement in its bucket's means.
     ALPHA = 0.2
@@ -334,6 +345,8 @@ class RowCosts:
         self._rows: dict[int, float] = {}
         self._secs: dict[int, float] = {}
         self._points: tuple[list[float], list[float]] | None = None
+        #: Where the tiled curve starts in `_points` (see `points`).
+        self._tiled_from = 0
         # Seeded with two made-up decodes that say the defaults: one real decode replaces
         # the seed of its bucket, and the first real decode of more than one row both.
         self._seeded: set[int] = set()
@@ -358,6 +371,8 @@ class RowCosts:
     def _bucket(rows: int) -> int:
         if rows <= EXACT_ROWS:
             return rows
+        if rows < TILE_ROWS:
+            return min(LENGTHS[bisect.bisect_left(LENGTHS, rows)], TILE_ROWS - 1)
         if rows <= LENGTHS[-1]:
             return LENGTHS[bisect.bisect_left(LENGTHS, rows)]
         return 1 << (rows - 1).bit_length()
@@ -380,32 +395,37 @@ class RowCosts:
         self._secs[b] += a * (seconds - self._secs[b])
 
     def points(self) -> tuple[list[float], list[float]]:
-        """The rows and seconds known, by rows, each time at least the one before.
+        """The rows and seconds known, by rows, each time at least the one before on the
+        same curve (fewer than `TILE_ROWS` rows, or more; see the class doc).
 
-        Where more rows took less time than fewer, the fewer are read as dear as them
-        (llama.cpp's tiled flash attention makes 64 rows cheaper than 48 after 1,600
-        cells), unless the fewer were measured by far fewer decodes
-        (`OUTLIER_RATIO`): then they are a decode slowed by the host and give way, read
-        between their neighbours. A burst's requests parsed on the same 2 cores made one
-        7-row decode take 40 ms beside hundreds of 8-row ones of 36; raising the later
-        buckets to it made 7 to 8 rows, and at one point 8 to 12, cost nothing, and
-        every draft there seemed to pay."""
+        Where more rows took less time than fewer, the fewer are read as dear as them,
+        unless the fewer were measured by far fewer decodes (`OUTLIER_RATIO`): then they
+        are a decode slowed by the host and give way, read between their neighbours. A
+        burst's requests parsed on the same 2 cores made one 7-row decode take 40 ms
+        beside hundreds of 8-row ones of 36; raising the later buckets to it made 7 to 8
+        rows, and at one point 8 to 12, cost nothing, and every draft there seemed to
+        pay."""
         if self._points is None:
             known = self._own if len(self._own) >= 2 else self._rows.keys()
-            kept: list[tuple[float, float, int]] = []
+            curves: list[list[tuple[float, float, int]]] = [[], []]
             for b in sorted(known, key=self._rows.__getitem__):
                 r, t, n = self._rows[b], self._secs[b], self._count.get(b, 0)
+                kept = curves[r >= TILE_ROWS]
                 if kept and r <= kept[-1][0]:
                     continue
                 while kept and kept[-1][1] > t and kept[-1][2] * self.OUTLIER_RATIO <= n:
                     kept.pop()
                 kept.append((r, max(t, kept[-1][1]) if kept else t, n))
-            self._points = ([r for r, _, _ in kept], [t for _, t, _ in kept])
+            few, tiled = curves
+            self._tiled_from = len(few)
+            self._points = ([r for r, _, _ in few + tiled], [t for _, t, _ in few + tiled])
         return self._points
 
     def seconds(self, rows: int) -> float:
-        """The estimated time of a decode of `rows` rows."""
+        """The estimated time of a decode of `rows` rows, read on its curve."""
         xs, ys = self.points()
+        if rows < TILE_ROWS and 0 < self._tiled_from < len(xs):
+            xs, ys = xs[: self._tiled_from], ys[: self._tiled_from]  # the few-row curve
         i = bisect.bisect_left(xs, rows)
         if i == 0:
             return ys[0] * rows / xs[0]
@@ -413,7 +433,9 @@ class RowCosts:
             r0, t0, r1, t1 = xs[i - 1], ys[i - 1], xs[i], ys[i]
             return t0 + (t1 - t0) * (rows - r0) / (r1 - r0)
         r0, t0 = xs[-1], ys[-1]
-        slope = (t0 - ys[-2]) / (r0 - xs[-2]) if len(xs) >= 2 else t0 / r0
+        # Past the last point: half the slope of the last two on its curve.
+        on_curve = len(xs) >= 2 and (xs[-2] >= TILE_ROWS) == (r0 >= TILE_ROWS)
+        slope = (t0 - ys[-2]) / (r0 - xs[-2]) if on_curve else t0 / r0
         return t0 + 0.5 * slope * (rows - r0)
 
 

@@ -45,7 +45,7 @@ lone row that decides a near-tie next to the draft. So the ties stay as above.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 #: The decode shapes whose rounding differs (see the module doc): one row, 2 to 63 rows,
 #: and from `TILE_ROWS` rows on.
@@ -88,6 +88,24 @@ def holds(tie: int, decode_shape: int) -> bool:
     return tie == NEAR and decode_shape != TILED
 
 
+def _exact_ranges(ties: Sequence[int], rows: int, limit: int) -> list[tuple[int, int]]:
+    """The drafts of at most `limit` tokens that `exact_length` allows, as a range of
+    lengths per decode shape (few rows, tiled; each non-empty)."""
+    risky = next((j for j, t in enumerate(ties) if t == RISKY), limit)
+    ranges = []
+    for s, least, most in ((FEW, 2, TILE_ROWS - 1), (TILED, TILE_ROWS, None)):
+        # The drafts k with rows + k rows in shape s; a draft of k decides tokens 0..k.
+        lo = max(1, least - rows)
+        hi = min(risky, limit if most is None else min(limit, most - rows))
+        if hi < lo:
+            continue
+        miss = next((j for j, t in enumerate(ties) if t != RISKY and not holds(t, s)), hi + 1)
+        k = min(hi, miss - 1)
+        if k >= lo:
+            ranges.append((lo, k))
+    return ranges
+
+
 def exact_length(ties: Sequence[int], rows: int, limit: int) -> int:
     """The longest draft, at most `limit` tokens, of a recalled greedy answer whose next
     tokens have `ties` (the first draft token's first; one more than the draft: the
@@ -95,16 +113,52 @@ def exact_length(ties: Sequence[int], rows: int, limit: int) -> int:
     besides the draft decides every one of them in a shape where it holds, but for a
     `RISKY` one sampled after the draft. 0 when no draft does (the next token is then
     decided by a decode without one)."""
-    risky = next((j for j, t in enumerate(ties) if t == RISKY), limit)
-    best = 0
-    for s, least, most in ((FEW, 2, TILE_ROWS - 1), (TILED, TILE_ROWS, None)):
-        # The drafts k with rows + k rows in shape s; a draft of k decides tokens 0..k.
-        lo = max(1, least - rows)
-        hi = min(risky, limit if most is None else min(limit, most - rows))
-        if hi < max(lo, best + 1):
-            continue
-        miss = next((j for j, t in enumerate(ties) if t != RISKY and not holds(t, s)), hi + 1)
-        k = min(hi, miss - 1)
-        if k >= lo:
-            best = k
+    return max((hi for _, hi in _exact_ranges(ties, rows, limit)), default=0)
+
+
+#: The near-ties `planned_length` weighs ending the draft at, nearest first.
+PLAN_BREAKS = 16
+
+
+def planned_length(
+    ties: Sequence[int],
+    rows: int,
+    limit: int,
+    total: int,
+    next_limit: int,
+    seconds: Callable[[int], float],
+) -> int:
+    """For a repeat that a lone stream drafts as far as it holds: the draft, exact as
+    `exact_length`'s and at most `limit` tokens, that together with the longest exact
+    draft after it yields the answer's tokens fastest. `total`: the tokens of the
+    answer the recall holds from the first draft token on; `next_limit`: the bound of
+    the next draft; `seconds(n)`: the time of a decode of n rows.
+
+    The longest exact draft is not always the best one. A near-tie that holds in a few
+    rows but not in a tiled decode keeps every decode that decides it under
+    `TILE_ROWS` rows, and on a CPU such decodes cost more a row (2 cores, SmolLM2, 900
+    cells: 63 rows 231 ms, 64 rows 184, 128 rows 343). Records asked again with near-ties
+    at its seventh and eighth tokens were decoded as 63 + 96 rows (513 ms); a draft that
+    ends at the near-ties lets the next one tile: 9 + 129 rows (about 400 ms and 21 rows
+    more). So each draft that ends at one of its next near-ties (or at the longest its
+    shape allows) is weighed with the decode after it."""
+    ranges = _exact_ranges(ties, rows, min(limit, total))
+    if not ranges:
+        return 0
+    candidates: set[int] = set()
+    for lo, hi in ranges:
+        candidates.add(hi)
+        breaks = (j for j in range(lo, min(hi, len(ties) - 1) + 1) if ties[j] != ANY)
+        candidates.update(j for _, j in zip(range(PLAN_BREAKS), breaks, strict=False))
+    best, best_rate = 0, 0.0
+    for k in sorted(candidates):
+        made, took = k + 1, seconds(rows + k)
+        left = total - made
+        if left > 0:
+            after = exact_length(ties[made:], 1, min(next_limit, left))
+            made += after + 1
+            took += seconds(1 + after)
+        rate = made / took
+        if rate >= best_rate:
+            best, best_rate = k, rate
     return best

@@ -40,7 +40,7 @@ from juggler.engine.schedule.drafts import (
     match_class,
 )
 from juggler.engine.schedule.recall import Recall
-from juggler.engine.schedule.ties import ANY, TILE_ROWS, exact_length
+from juggler.engine.schedule.ties import ANY, TILE_ROWS, exact_length, planned_length
 
 
 @dataclass(eq=False)
@@ -116,6 +116,7 @@ class Speculation:
             bound = CONFIRMED_CAP  # given twice the same: as far as its ties hold
         else:
             bound = self.repeat_cap
+        recalled_len = len(draft)
         draft = draft[:bound]
         if not draft:
             return []
@@ -131,6 +132,7 @@ class Speculation:
         want = best_length(
             kept, lengths, cost, rows=rows, num_seqs=num_seqs, others_kept=others_kept, depth=depth
         )
+        lone_repeat = False
         if want == 0:
             # Now and then one token is tried anyway, so a sequence that starts quoting
             # after a while is noticed and the estimate follows it; not where even a draft
@@ -151,13 +153,18 @@ class Speculation:
             # while requests wait to start: they would wait for that decode (the first
             # of a burst of 8 stories asked again bet 63 rows, 200-270 ms, while the
             # other 7 arrived).
-            want = len(draft)
-        if repeat:
+            want, lone_repeat = len(draft), repeat
+        if lone_repeat:
+            # As far as each token is chosen again, at the length that with the draft
+            # after it yields the answer fastest (`ties.planned_length`).
+            table = cost.at(depth)
+            want = planned_length(ties, rows, want, recalled_len, bound, table.seconds)
+        elif repeat:
             # Only as far as each token is chosen again: a near-tie decided by a decode
             # shaped otherwise than the one that chose it goes either way (`ties`).
             want = exact_length(ties, rows, want)
-            if want == 0:
-                return []
+        if repeat and want == 0:
+            return []
         self.since_draft = 0
         self._drafted_class = cls
         # (a draft cut by its ties between two lengths weighed: the shorter one's)
