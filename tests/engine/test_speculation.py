@@ -994,3 +994,27 @@ def test_beside_other_streams_a_draft_leaves_the_decode_under_64_rows() -> None:
     assert len(draft(8, 20)) == TILE_ROWS - 1 - 20
     assert draft(8, TILE_ROWS - 1) == []
     assert len(draft(1, 1)) == REPEAT_CAP  # alone: a tiled decode may pay
+
+
+def test_a_lone_repeat_splits_its_answer_into_decodes_that_tile() -> None:
+    """Issue 23: a confirmed repeat of 158 tokens was decoded as 129 rows and then 22
+    (2 cores, 900 cells: 129 rows 381 ms, 22 rows 91 ms): `--spec-draft-max` (128) bounds
+    a draft, but the planner (`ties.planned_length`) sees the whole answer the recall
+    holds, and takes it in two tiled decodes of about 80 rows."""
+    prompt = list(range(1, 60))
+    said = list(range(300, 460))
+    recall = Recall()
+    recall.add(prompt, said, greedy=True)
+    recall.add(prompt, said, greedy=True)  # confirmed
+    cost = DecodeCost()
+    for _ in range(5):  # the few-row and the tiled curve, as measured
+        for rows, seconds in ((1, 0.0074), (2, 0.0145), (16, 0.063), (32, 0.12), (63, 0.231)):
+            cost.update(rows, seconds)
+        for rows, seconds in ((64, 0.184), (96, 0.282), (128, 0.355)):
+            cost.update(rows, seconds)
+    spec = Speculation(max_len=128, survival=Survival(), recall=recall, greedy=True)
+    draft = spec.propose(prompt, said[:1], len(said) - 1, cost, num_seqs=1)
+    assert draft == said[1:80]  # 80 rows now, 80 next
+    spec.verified(len(draft), len(draft))
+    rest = spec.propose([*prompt, *said[:80]], said[80:81], len(said) - 81, cost, num_seqs=1)
+    assert rest == said[81:]

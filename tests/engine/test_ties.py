@@ -21,8 +21,8 @@ from juggler.engine.schedule.ties import (
     TILED,
     TILED_NEAR_TIE,
     exact_length,
-    planned_length,
     holds,
+    planned_length,
     shape,
     tie_of,
 )
@@ -87,8 +87,11 @@ def test_a_lone_repeat_ends_its_draft_where_the_next_one_can_tile() -> None:
     assert planned_length(ties, 1, 128, 158, 128, cpu) == 7  # decides tokens 0..7
     # Where rows cost alike in every shape, the longest exact draft.
     assert planned_length(ties, 1, 128, 158, 128, lambda r: 0.002 + 0.0037 * r) == TILE_ROWS - 2
-    # With no near-tie ahead: as long as allowed, tiled.
-    assert planned_length([ANY] * 159, 1, 128, 158, 128, cpu) == 128
+    # With no near-tie ahead, tiled: the rest in two even decodes (not 129 rows, then
+    # 30 in a few-row one); as long as allowed where one decode takes all the rest.
+    assert planned_length([ANY] * 159, 1, 128, 158, 128, cpu) == 78
+    assert planned_length([ANY] * 151, 1, 128, 150, 128, cpu) == 74
+    assert planned_length([ANY] * 101, 1, 128, 100, 128, cpu) == 100
     # A risky near-tie is still decided only by the row after the draft.
     risky = [ANY] * 12 + [RISKY] + [ANY] * 146
     assert planned_length(risky, 1, 128, 158, 128, cpu) == exact_length(risky, 1, 128) == 12

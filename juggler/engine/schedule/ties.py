@@ -150,6 +150,9 @@ def planned_length(
         candidates.add(hi)
         breaks = (j for j in range(lo, min(hi, len(ties) - 1) + 1) if ties[j] != ANY)
         candidates.update(j for _, j in zip(range(PLAN_BREAKS), breaks, strict=False))
+        # The rest in two even decodes, or this one as short as lets the next take all
+        # the rest: 151 tokens as 76 + 75 rows, both tiled, not 129 + 22.
+        candidates.update(k for k in ((total - 1) // 2, total - 1 - next_limit) if lo <= k <= hi)
     best, best_rate = 0, 0.0
     for k in sorted(candidates):
         made, took = k + 1, seconds(rows + k)
@@ -159,6 +162,6 @@ def planned_length(
             made += after + 1
             took += seconds(1 + after)
         rate = made / took
-        if rate >= best_rate:
+        if rate >= best_rate * (1.0 - 1e-9):  # on a tie (up to rounding), the longer
             best, best_rate = k, rate
     return best

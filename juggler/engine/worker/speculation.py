@@ -87,6 +87,7 @@ class Speculation:
         and the drafts already in it are expected to keep `others_kept` tokens. `alone`:
         the sequence is the only one generating and no request waits to start (default:
         `num_seqs` is 1)."""
+        left = room  # what the generation may still produce after the draft's first token
         room = min(self.max_len, room)
         if num_seqs > 1:
             # Beside other streams a decode stays under `TILE_ROWS` rows: a tiled one
@@ -103,7 +104,7 @@ class Speculation:
         recalled = repeat = confirmed = False
         ties: Sequence[int] = ()
         if self.recall is not None:
-            said = self.recall.lookup(index.tokens, room)
+            said = self.recall.lookup(index.tokens, left)  # all of it: see planned_length
             if said.reach > match:  # an earlier generation said this, from further back
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
@@ -117,6 +118,7 @@ class Speculation:
         else:
             bound = self.repeat_cap
         recalled_len = len(draft)
+        bound = min(bound, room)
         draft = draft[:bound]
         if not draft:
             return []
