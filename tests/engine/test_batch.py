@@ -50,6 +50,25 @@ def test_last_prompt_chunk_requests_logits() -> None:
     assert logit_owners(plan) == [3]
 
 
+def test_a_prompt_asked_again_decodes_its_drafts_beside_its_last_rows() -> None:
+    """Issue 23: a prompt asked again is drafted from its remembered answer before its
+    last `FINAL_ROWS` rows are decoded; the draft rows get logits as the last prompt row
+    does, so the first decode already verifies the answer. A chunk that ends before the
+    drafts has none; one that ends among them holds the drafts that fit."""
+    drafted = SeqWork(5, FINAL_ROWS + 40, True, num_draft=40)
+    plan = schedule([drafted], max_tokens=512, max_prefill_chunk=256, free_cells=10_000)
+    assert plan.chunks == (Chunk(5, FINAL_ROWS + 40, True, 41),)
+    # Beside a decoding stream, within the prefill budget: the drafts that fit.
+    plan = schedule(
+        [SeqWork(1, 1, True), drafted], max_tokens=512, max_prefill_chunk=32, free_cells=10_000
+    )
+    assert plan.chunks == (Chunk(1, 1, True), Chunk(5, 32, True, 32 - FINAL_ROWS + 1))
+    # A longer prompt tail cut before its drafts: no logits yet, the drafts wait.
+    long = SeqWork(6, 100 + 8, True, num_draft=8)
+    plan = schedule([long], max_tokens=512, max_prefill_chunk=64, free_cells=10_000)
+    assert plan.chunks == (Chunk(6, 64, False),)
+
+
 def test_appended_input_without_generation_keeps_last_token_back() -> None:
     plan = schedule(
         [SeqWork(0, 10, False), SeqWork(1, 1, False)],

@@ -658,6 +658,41 @@ def test_a_repeated_request_is_drafted_from_the_answer_given_before() -> None:
     run(go)
 
 
+def test_a_repeat_drafts_its_answer_beside_the_prompts_last_rows() -> None:
+    """Issue 23: a prompt asked again decodes only its last `FINAL_ROWS` rows, and its
+    remembered answer is drafted beside them, so the first decode already verifies it
+    (records asked again ran 2 rows, then 8, then 129: one decode, 17 ms, more than it
+    needed). The KV holds exactly the session's tokens after every tick (`generate`);
+    the draft rows are not counted as prompt tokens prefilled; and an answer remembered
+    wrong is refused at its first token, the answer being the model's."""
+
+    async def go() -> None:
+        rig = Rig(speculative=True, spec_draft_max=64, prefill_chunk=128, n_ctx=512)
+        prompt = [BOS, *b"please spell out the next few letters of the alphabet after k, thanks"]
+        first, _ = await generate(rig, prompt, 40, request_id="one")
+        start = len(rig.ctx.decoded)
+        again, done = await generate(rig, prompt, 40, request_id="two")
+        assert again == first
+        rows = [
+            sum(1 for r in d if r.seq_id == rig.ctx.decoded[start][0].seq_id)
+            for d in rig.ctx.decoded[start:]
+        ]
+        assert rows[0] > FINAL_ROWS  # the prompt's last rows and a draft of the answer
+        assert len(rows) < 4
+        assert done.stats is not None
+        assert done.stats.prompt_tokens_prefilled == FINAL_ROWS
+        assert done.stats.prompt_tokens_reused == len(prompt) - FINAL_ROWS
+        # Remembered otherwise (confirmed, most recent): refused at once, the answer the same.
+        wrong = [t + 1 for t in first]
+        memory = rig.worker.gens.recall(None)
+        memory.add(prompt, wrong, greedy=True)
+        memory.add(prompt, wrong, greedy=True)
+        third, _ = await generate(rig, prompt, 40, request_id="three")
+        assert third == first
+
+    run(go)
+
+
 def test_recalled_drafts_are_learned_apart_from_a_sequences_own() -> None:
     """A worker that served many samples of one prompt sees recalled drafts refused;
     that must not make a sequence copying its own text stop drafting (a full test run
@@ -904,13 +939,13 @@ def test_a_lone_stream_bets_a_repeat_whole_only_while_no_request_waits() -> None
     requests wait to start: they would wait for that decode. The first of a burst of 8
     stories asked again bet 63 rows (200-270 ms) while the other 7 arrived; in bursts
     where it did not, the 8 answers could come out as the last time, every draft kept.
-    A request that arrives during the first decode of a repeat makes its first draft
+    A request that arrives during the first decode of a repeat makes its next draft
     one the costs choose."""
 
     async def go(crowd: bool) -> list[int]:
         rig = Rig(speculative=True, spec_draft_max=64, n_ctx=512)
         convex = FixedCost()  # 24 rows pay best; 64 cost more a row
-        for n, seconds in ((1, 0.010), (2, 0.019), (25, 0.120), (65, 0.600)):
+        for n, seconds in ((1, 0.010), (2, 0.019), (25, 0.120), (41, 0.350), (65, 0.600)):
             DecodeCost.update(convex, n, seconds)
         rig.worker.gens.cost = convex
         prompt = [BOS, *b"spell the next letters, " * 4]  # the answer's match: full
@@ -938,7 +973,11 @@ def test_a_lone_stream_bets_a_repeat_whole_only_while_no_request_waits() -> None
 
     alone = asyncio.run(go(False))
     crowded = asyncio.run(go(True))
-    assert alone == [FINAL_ROWS, 59]  # the prompt's last tokens; then the answer, whole
+    # The prompt's last tokens with the answer's first tokens drafted beside them, then
+    # the rest in drafts the planner sizes (`ties.planned_length`), every row kept: each
+    # decode yields a token a row (the prompt's rows one in all).
+    assert alone[0] > FINAL_ROWS and len(alone) <= 3
+    assert alone[0] - (FINAL_ROWS - 1) + sum(alone[1:]) == 60
     assert crowded[1] <= 25  # the draft the costs favour, beside the other's prompt
 
 

@@ -16,7 +16,9 @@ Policy:
    total at most `max_prefill_chunk` while any sequence is decoding, so a long prompt never
    starves the decoders. Sequences with a generation waiting come before input that was
    only appended. A sequence without a generation keeps its last pending token back: its
-   logits are only needed once a generation is registered.
+   logits are only needed once a generation is registered. A generating prompt may end
+   in drafts (a prompt asked again, drafted from its remembered answer): each of them
+   that the chunk holds gets logits too, as the last prompt token does.
 3. Nothing is planned beyond `free_cells` (KV cells left); work that could not be placed
    is listed in `deferred`.
 
@@ -134,9 +136,21 @@ def schedule(
         if n <= 0:
             deferred.append(w.key)
             continue
-        chunks.append(Chunk(w.key, n, w.is_generating and n == w.num_pending))
+        chunks.append(_prefill_chunk(w, n))
         prefill_budget -= n
     return BatchPlan(tuple(chunks), tuple(deferred))
+
+
+def _prefill_chunk(w: SeqWork, n: int) -> Chunk:
+    """The first `n` pending tokens of a prefilling sequence. A generating one's last
+    prompt token has logits when the chunk reaches it, and so has each draft after it
+    that the chunk holds (a prompt asked again is drafted from its remembered answer)."""
+    if not w.is_generating:
+        return Chunk(w.key, n, False)
+    prompt = w.num_pending - w.num_draft
+    if n < prompt:
+        return Chunk(w.key, n, False)
+    return Chunk(w.key, n, True, 1 + n - prompt)
 
 
 def group_by_adapter(

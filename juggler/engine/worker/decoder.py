@@ -187,12 +187,15 @@ class Decoder:
             n = chunk.num_tokens
             s.tokens.extend(s.pending[:n])
             del s.pending[:n]
-            if s.num_draft:  # decoded: the token and the drafts that fit; the rest go
-                drafts[s.seq_id] = s.tokens[len(s.tokens) - n + 1 :]
+            num_drafts = chunk.num_logits - 1 if chunk.wants_logits else 0
+            if s.num_draft and chunk.wants_logits:
+                # Decoded: the token (or the prompt's last) and the drafts that fit; the
+                # rest go.
+                drafts[s.seq_id] = s.tokens[len(s.tokens) - num_drafts :] if num_drafts else []
                 s.pending.clear()
                 s.num_draft = 0
             if s.generation is None or s.generation.num_generated == 0:
-                s.num_prefilled += n
+                s.num_prefilled += n - num_drafts
         for s, row in rows:
             try:
                 if s.generation is not None:

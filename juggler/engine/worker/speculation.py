@@ -29,6 +29,7 @@ from juggler.engine.schedule.drafts import (
     DRAFT_CAP,
     FIRST_CAP,
     LENGTHS,
+    MAX_MATCH,
     MIN_CAP,
     PROBE_EVERY,
     REPEAT_CAP,
@@ -105,7 +106,14 @@ class Speculation:
         ties: Sequence[int] = ()
         if self.recall is not None:
             said = self.recall.lookup(index.tokens, left)  # all of it: see planned_length
-            if said.reach > match:  # an earlier generation said this, from further back
+            # An earlier generation said this, from further back; or as far back as the
+            # sequence's own text goes (both as far as a match is compared), a greedy
+            # answer to a greedy request: then it is what this request said last time
+            # (a prompt that repeats itself, asked again, drafts its answer, not more of
+            # itself).
+            if said.reach > match or (
+                said.reach == match >= MAX_MATCH and said.greedy and self.greedy
+            ):
                 draft, match, recalled = said.draft, said.reach, True
                 repeat = said.greedy and self.greedy
                 ties = said.ties
