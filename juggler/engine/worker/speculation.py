@@ -2,7 +2,9 @@
 acceptance estimate and the cost model are `schedule.drafts`).
 
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
-session (its only pending token). It brings the n-gram index up to what the sequence
+session (its only pending token), and when a generation begins on a prompt asked again
+whose last rows are all that is pending (`batch.FINAL_ROWS`: its remembered answer is
+then verified by the decode of those rows). It brings the n-gram index up to what the sequence
 holds, looks up a draft (in the sequence's own tokens and in its worker's memory of recent generations run
 with the same adapter, `schedule.recall`, whichever matches further back), decides how
 much of it pays now (`drafts.best_length`, from how often draft tokens like these, from
