@@ -137,11 +137,12 @@ def planned_length(
     The longest exact draft is not always the best one. A near-tie that holds in a few
     rows but not in a tiled decode keeps every decode that decides it under
     `TILE_ROWS` rows, and on a CPU such decodes cost more a row (2 cores, SmolLM2, 900
-    cells: 63 rows 231 ms, 64 rows 184, 128 rows 343). Records asked again with near-ties
-    at its seventh and eighth tokens were decoded as 63 + 96 rows (513 ms); a draft that
-    ends at the near-ties lets the next one tile: 9 + 129 rows (about 400 ms and 21 rows
-    more). So each draft that ends at one of its next near-ties (or at the longest its
-    shape allows) is weighed with the decode after it."""
+    cells: 63 rows 231 ms, 64 rows 184, 128 rows 343). Records asked again, with
+    near-ties at its seventh and eighth tokens, was decoded as 2 + 63 + 96 rows (581-612
+    ms in `bench/bench_spec.py`); a draft that ends at the near-ties lets the next one
+    tile: 2 + 8 + 129 + 22 rows (526-555 ms). So each draft that ends at one of its next
+    near-ties (or at the longest its shape allows, or halfway through what is left) is
+    weighed with the decode after it."""
     ranges = _exact_ranges(ties, rows, min(limit, total))
     if not ranges:
         return 0
