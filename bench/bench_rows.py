@@ -5,8 +5,8 @@ long a speculative draft may be. Never part of the tests.
 
 Loads SmolLM2 (the packaged GGUF) with llama-cpp-python's low-level API, prefills
 `--depth` tokens into one sequence, then decodes k rows after them (every row with
-logits, as a draft is verified) for k in 1, 2, 4, ... 64, removing them after each
-decode. The row counts are interleaved round by round; printed are the median time of
+logits, as a draft is verified) for k in 1, 2, 3, ... 48, 63, 64 (the first that
+llama.cpp's flash attention tiles), 96 and 128, removing them after each decode. The row counts are interleaved round by round; printed are the median time of
 each and its time per row. A decode of k rows (a sampled token and a draft of k - 1)
 yields k tokens when every draft token is kept, so the time per row is the best time
 per token such drafts can give; the last column is the one-row decode's time over it,
@@ -29,7 +29,7 @@ from typing import Any
 import llama_cpp.llama_cpp as C
 from bench_engine import smol_path
 
-ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 63, 64, 96, 128)
 
 
 EXTRA = (0, 1, 2, 3, 4, 6, 8, 12, 16)
