@@ -90,7 +90,10 @@ class Speculation:
         and the drafts already in it are expected to keep `others_kept` tokens. `alone`:
         the sequence is the only one generating and no request waits to start (default:
         `num_seqs` is 1)."""
-        left = room  # what the generation may still produce after the draft's first token
+        lone = num_seqs == 1 if alone is None else alone
+        # A lone stream's repeat is planned over all the generation may still produce
+        # (`ties.planned_length`); every other draft looks no further than it may go.
+        left = room
         room = min(self.max_len, room)
         if num_seqs > 1:
             # Beside other streams a decode stays under `TILE_ROWS` rows: a tiled one
@@ -99,6 +102,7 @@ class Speculation:
             room = min(room, TILE_ROWS - 1 - max(num_seqs, rows or 0))
         if room <= 0:
             return []
+        recall_room = left if lone else room
         self.since_draft += 1
         self._drafted_class = None
         self.expected_kept = 0.0
@@ -107,7 +111,7 @@ class Speculation:
         recalled = repeat = confirmed = False
         ties: Sequence[int] = ()
         if self.recall is not None:
-            said = self.recall.lookup(index.tokens, left)  # all of it: see planned_length
+            said = self.recall.lookup(index.tokens, recall_room)
             # An earlier generation said this, from further back; or as far back as the
             # sequence's own text goes (both as far as a match is compared), a greedy
             # answer to a greedy request: then it is what this request said last time
@@ -158,7 +162,7 @@ class Speculation:
             ):
                 return []
             want = 1
-        elif cls == REPEAT_CLASS and (num_seqs == 1 if alone is None else alone):
+        elif cls == REPEAT_CLASS and lone:
             # A lone stream's repeat goes as far as it holds (below), not to a length the
             # costs favour: its near-ties are known, and on a CPU fewer, larger decodes
             # cost less a row (a tiled one of 64 rows 3.0 ms a row, one of 62 3.7). Not
