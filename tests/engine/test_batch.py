@@ -128,3 +128,49 @@ def test_a_plan_of_64_rows_or_more_chooses_its_tokens_in_a_decode_of_fewer() -> 
     assert exact_decodes(prefill) == [tuple(prefill)]
     drafts = [Chunk(k, 16, True, 16) for k in range(5)]
     assert exact_decodes(drafts) == [tuple(drafts)]
+
+
+def test_rows_that_choose_stay_few_where_several_sequences_choose() -> None:
+    """Issue 23 (`schedule.batch`, policy 4): "the rows that choose stay under
+    `TILE_ROWS` as long as trimming drafts can keep them there (the longest drafts are
+    cut first)". A lone stream drafted 62 tokens before seven prompts asked again
+    arrived: a 77-row tiled decode chose all their tokens otherwise than before."""
+    lone = SeqWork(0, 1 + 62, True, num_draft=62)
+    repeats = [SeqWork(k, FINAL_ROWS, True) for k in range(1, 8)]
+    plan = schedule([lone, *repeats], max_tokens=512, max_prefill_chunk=256, free_cells=10_000)
+    assert plan.chunks[0] == Chunk(0, 1 + 48, True, 1 + 48)
+    assert plan.chunks[1:] == tuple(Chunk(k, FINAL_ROWS, True) for k in range(1, 8))
+    assert sum(c.num_tokens for c in plan.chunks) == TILE_ROWS - 1
+    assert exact_decodes(plan.chunks) == [plan.chunks]
+    # The longest draft is cut first, as far as all must fit: 40 and 30 drafts beside
+    # each other's token make 72 rows; 31 + 30 drafts and the two tokens make 63.
+    two = [SeqWork(0, 41, True, num_draft=40), SeqWork(1, 31, True, num_draft=30)]
+    plan = schedule(two, max_tokens=512, max_prefill_chunk=256, free_cells=10_000)
+    assert plan.chunks == (Chunk(0, 32, True, 32), Chunk(1, 31, True, 31))
+    # A drafted prompt's drafts are cut as a decoder's are.
+    drafted = SeqWork(2, FINAL_ROWS + 60, True, num_draft=60)
+    plan = schedule(
+        [SeqWork(1, 11, True, num_draft=10), drafted],
+        max_tokens=512,
+        max_prefill_chunk=256,
+        free_cells=10_000,
+    )
+    assert plan.chunks == (Chunk(1, 11, True, 11), Chunk(2, FINAL_ROWS + 50, True, 51))
+    # Too many sequences for a few-row decode: no drafts beside them at all.
+    many = [SeqWork(k, 3, True, num_draft=2) for k in range(70)]
+    plan = schedule(many, max_tokens=512, max_prefill_chunk=256, free_cells=10_000)
+    assert plan.chunks == tuple(Chunk(k, 1, True) for k in range(70))
+
+
+def test_a_lone_sequence_keeps_the_tiled_decode_it_planned() -> None:
+    """A lone stream's repeat plans tiled decodes (`ties.planned_length`): nothing else
+    chooses a token in them, so they stay as planned, prompt rows that choose nothing
+    beside them included."""
+    lone = SeqWork(0, 1 + 100, True, num_draft=100)
+    plan = schedule([lone], max_tokens=512, max_prefill_chunk=256, free_cells=10_000)
+    assert plan.chunks == (Chunk(0, 101, True, 101),)
+    plan = schedule(
+        [lone, SeqWork(1, 300, False)], max_tokens=512, max_prefill_chunk=256, free_cells=10_000
+    )
+    assert plan.chunks[0] == Chunk(0, 101, True, 101)
+    assert plan.chunks[1] == Chunk(1, 256, False)

@@ -21,6 +21,15 @@ Policy:
    that the chunk holds gets logits too, as the last prompt token does.
 3. Nothing is planned beyond `free_cells` (KV cells left); work that could not be placed
    is listed in `deferred`.
+4. Where more than one sequence chooses tokens in the plan, the rows that choose stay
+   under `TILE_ROWS` as long as trimming drafts can keep them there (`_fit_few`; the
+   longest drafts are cut first). A draft is proposed before the tick that decodes it
+   admits new requests: a lone stream that drafted 62 tokens of its remembered answer
+   was joined by seven repeats' last prompt rows, a 77-row tiled decode that chose
+   its draft and every newcomer's first token otherwise than the few-row decodes that
+   chose them before, and each of the eight answers parted from its remembered copy
+   (`bench_spec.py --levels 8 --workloads story`: eight new answers in five of six
+   bursts). A lone stream's own tiled decode stays as it planned it.
 
 A plan of 64 rows or more is decoded in two (`exact_decodes`): first the prompt rows that
 choose nothing, then the rows that choose a token (a generating sequence's token and
@@ -138,7 +147,40 @@ def schedule(
             continue
         chunks.append(_prefill_chunk(w, n))
         prefill_budget -= n
-    return BatchPlan(tuple(chunks), tuple(deferred))
+    return BatchPlan(_fit_few(chunks), tuple(deferred))
+
+
+def _choosing_rows(c: Chunk) -> int:
+    """The rows of `c` that `exact_decodes` decodes with the rows that choose tokens."""
+    if not c.wants_logits:
+        return 0
+    if c.num_logits == 1 and c.num_tokens > FINAL_ROWS:
+        return FINAL_ROWS
+    return c.num_tokens
+
+
+def _fit_few(chunks: list[Chunk]) -> tuple[Chunk, ...]:
+    """`chunks`, with drafts cut so that the rows choosing tokens stay under
+    `TILE_ROWS` where more than one sequence chooses (policy 4): each draft is cut to
+    the longest length that lets all fit, and none if even that does not."""
+    choosing = [c for c in chunks if c.wants_logits]
+    total = sum(_choosing_rows(c) for c in choosing)
+    if total < TILE_ROWS or len(choosing) < 2:
+        return tuple(chunks)
+    drafts = [c.num_logits - 1 for c in choosing]
+    room = TILE_ROWS - 1 - (total - sum(drafts))
+    if room < 0:
+        room = 0  # too many sequences for a few-row decode: no drafts at all
+    cap = max(drafts)
+    while cap > 0 and sum(min(d, cap) for d in drafts) > room:
+        cap -= 1
+    fitted = []
+    for c in chunks:
+        cut = c.num_logits - 1 - cap if c.wants_logits else 0
+        if cut > 0:
+            c = Chunk(c.key, c.num_tokens - cut, True, c.num_logits - cut)
+        fitted.append(c)
+    return tuple(fitted)
 
 
 def _prefill_chunk(w: SeqWork, n: int) -> Chunk:
