@@ -28,8 +28,9 @@ Policy:
    was joined by seven repeats' last prompt rows, a 77-row tiled decode that chose
    its draft and every newcomer's first token otherwise than the few-row decodes that
    chose them before, and each of the eight answers parted from its remembered copy
-   (`bench_spec.py --levels 8 --workloads story`: eight new answers in five of six
-   bursts). A lone stream's own tiled decode stays as it planned it.
+   (`bench_spec.py --levels 8 --workloads story`: seven or eight new answers in each
+   of six bursts with drafts; kept under 64, none after the first). A lone stream's
+   own tiled decode stays as it planned it.
 
 A plan of 64 rows or more is decoded in two (`exact_decodes`): first the prompt rows that
 choose nothing, then the rows that choose a token (a generating sequence's token and
