@@ -151,27 +151,28 @@ def schedule(
     return BatchPlan(_fit_few(chunks), tuple(deferred))
 
 
-def _choosing_rows(c: Chunk) -> int:
-    """The rows of `c` that `exact_decodes` decodes with the rows that choose tokens."""
+def _split(c: Chunk) -> tuple[Chunk | None, Chunk | None]:
+    """`c` as its rows that choose no token and its rows that choose one (see the module
+    doc): a chunk without logits chooses none; a prompt's last chunk, only its last
+    `FINAL_ROWS` rows; a token and its drafts, or a prompt's last rows and drafts, all."""
     if not c.wants_logits:
-        return 0
+        return c, None
     if c.num_logits == 1 and c.num_tokens > FINAL_ROWS:
-        return FINAL_ROWS
-    return c.num_tokens
+        return Chunk(c.key, c.num_tokens - FINAL_ROWS, False), Chunk(c.key, FINAL_ROWS, True)
+    return None, c
 
 
 def _fit_few(chunks: list[Chunk]) -> tuple[Chunk, ...]:
     """`chunks`, with drafts cut so that the rows choosing tokens stay under
     `TILE_ROWS` where more than one sequence chooses (policy 4): each draft is cut to
     the longest length that lets all fit, and none if even that does not."""
-    choosing = [c for c in chunks if c.wants_logits]
-    total = sum(_choosing_rows(c) for c in choosing)
+    choosing = [c for c in (_split(c)[1] for c in chunks) if c is not None]
+    total = sum(c.num_tokens for c in choosing)
     if total < TILE_ROWS or len(choosing) < 2:
         return tuple(chunks)
     drafts = [c.num_logits - 1 for c in choosing]
-    room = TILE_ROWS - 1 - (total - sum(drafts))
-    if room < 0:
-        room = 0  # too many sequences for a few-row decode: no drafts at all
+    # (too many sequences for a few-row decode even without drafts: no drafts at all)
+    room = max(0, TILE_ROWS - 1 - (total - sum(drafts)))
     cap = max(drafts)
     while cap > 0 and sum(min(d, cap) for d in drafts) > room:
         cap -= 1
@@ -220,11 +221,9 @@ def exact_decodes(chunks: Sequence[Chunk]) -> list[tuple[Chunk, ...]]:
     silent: list[Chunk] = []
     choosing: list[Chunk] = []
     for c in chunks:
-        if not c.wants_logits:
-            silent.append(c)
-        elif c.num_logits == 1 and c.num_tokens > FINAL_ROWS:  # a prompt's last chunk
-            silent.append(Chunk(c.key, c.num_tokens - FINAL_ROWS, False))
-            choosing.append(Chunk(c.key, FINAL_ROWS, True))
-        else:
-            choosing.append(c)
+        quiet, chooses = _split(c)
+        if quiet is not None:
+            silent.append(quiet)
+        if chooses is not None:
+            choosing.append(chooses)
     return [tuple(d) for d in (silent, choosing) if d]
