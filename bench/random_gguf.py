@@ -38,21 +38,32 @@ def _field(reader: gguf.GGUFReader, key: str) -> Any:
     return f.parts[f.data[0]].tolist()[0]
 
 
-def build(out: Path, n_layer: int = 16, n_embd: int = 2048, n_ff: int = 5632) -> Path:
+def build(
+    out: Path,
+    n_layer: int = 16,
+    n_embd: int = 2048,
+    n_ff: int = 5632,
+    *,
+    n_head: int = 32,
+    n_head_kv: int = 8,
+    quantized: bool = True,
+    n_ctx_train: int = 4096,
+) -> Path:
+    """Write a llama GGUF of random weights (Q8_0, or F32 with `quantized=False`)."""
     src = gguf.GGUFReader(str(smol_path()))
     tokens = _field(src, "tokenizer.ggml.tokens")
     n_vocab = len(tokens)
     w = gguf.GGUFWriter(str(out), "llama")
     w.add_name(f"random llama {n_layer}x{n_embd}")
-    w.add_context_length(4096)
+    w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)
     w.add_feed_forward_length(n_ff)
     w.add_block_count(n_layer)
-    w.add_head_count(32)
-    w.add_head_count_kv(8)
-    w.add_rope_dimension_count(n_embd // 32)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_dimension_count(n_embd // n_head)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quantized else gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model(_field(src, "tokenizer.ggml.model"))
     w.add_tokenizer_pre(_field(src, "tokenizer.ggml.pre"))
     w.add_token_list(tokens)
@@ -68,12 +79,15 @@ def build(out: Path, n_layer: int = 16, n_embd: int = 2048, n_ff: int = 5632) ->
         return gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
 
     def add(name: str, shape: tuple[int, ...], quant: bool = True) -> None:
-        if quant:
+        if quant and not quantized:
+            data = rng.standard_normal(shape, dtype=np.float32) * 0.02
+            w.add_tensor(name, data.astype(np.float32))
+        elif quant:
             w.add_tensor(name, q8(shape), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:
             w.add_tensor(name, np.ones(shape, dtype=np.float32))
 
-    kv = n_embd // 4
+    kv = n_embd * n_head_kv // n_head
     add("token_embd.weight", (n_vocab, n_embd))
     add("output_norm.weight", (n_embd,), quant=False)
     add("output.weight", (n_vocab, n_embd))
@@ -102,6 +116,19 @@ def random_1b(n_layer: int = 16) -> Path:
         CACHE.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".part")
         build(tmp, n_layer)
+        tmp.rename(out)
+    return out
+
+
+def tiny_host_bound() -> Path:
+    """Issue 47's host-bound model: 2 layers, 64 wide, F32 (27 MB), SmolLM2's tokenizer
+    and template, trained context 32768 (so any `parallel` x context fits). It decodes
+    64 rows in about a millisecond on 2 cores: a server's own work decides its speed."""
+    out = CACHE / "tiny-llama-2x64-f32.gguf"
+    if not out.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".part")
+        build(tmp, 2, 64, 256, n_head=4, n_head_kv=4, quantized=False, n_ctx_train=32768)
         tmp.rename(out)
     return out
 

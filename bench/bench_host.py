@@ -1,0 +1,359 @@
+"""Issue 47: throughput where the server, not the model, is the limit.
+
+    .venv/bin/python bench/bench_host.py [--rounds 3] [--levels 1,8,32,64] [--new 64]
+        [--modes plain,sse] [--direct] [--model tiny|smol] [--profile DIR]
+
+A tiny random-weight llama (2 layers, 64 wide, F32, SmolLM2's tokenizer and template,
+`random_gguf.tiny_host_bound`) decodes 64 rows in about a millisecond on 2 cores, so
+each server's own work (batching, sampling, detokenizing, streaming, HTTP) decides how
+fast it is. Juggler (`juggler serve`, the model registered and loaded with
+`--parallel 64`, everything else its defaults) against llama.cpp's `llama-server`
+(`-np 64 -kvu -t 2 -tb 2`, built by bench/build_llamacpp.sh from the same llama.cpp),
+at 1, 8, 32 and 64 concurrent streams, non-streamed (`plain`) and streamed (`sse`):
+`/v1/completions`, fresh prompts, `--new` tokens a request (`ignore_eos`), T=0.8 with
+llama.cpp's default top_k 40, top_p 0.95, min_p 0.05. `--direct` adds Juggler's backend
+process called straight (no router). `--model smol` runs the packaged SmolLM2 instead
+(where the model is the bottleneck).
+
+Runs are interleaved (the servers' order flips every round) and each ratio is the
+median of per-round ratios. Each burst also reports every server process's CPU time
+per generated token (router, backend, llama-server), and the load generator's own
+(`loadgen.py`, in this process): where the per-token budget goes, by process.
+
+`--profile DIR` samples the backend and the router with py-spy during one burst at
+the lowest and highest level and prints the share of each part of Juggler's
+per-token work (see `profile_parts`); the raw stacks stay in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import (  # noqa: E402
+    BIN,
+    Server,
+    children,
+    cpu_seconds,
+    free_port,
+    settle,
+    smol_path,
+    start,
+    text_of,
+    wait_ready,
+)
+from loadgen import run_burst  # noqa: E402
+from random_gguf import tiny_host_bound  # noqa: E402
+
+ADMIN = "bench-host-admin"
+NAME = "user.host-bench"
+CTX = 8192
+PARALLEL = 64
+
+
+@dataclass
+class System:
+    """One server under test: the URL its clients use, and the processes it runs."""
+
+    name: str
+    url: str
+    model_field: str
+    servers: list[Server]
+    #: Process label -> pid, for the CPU accounting.
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+
+def start_llama(model: Path, parallel: int, ctx: int, extra: str = "") -> System | None:
+    exe = BIN / "llama-server"
+    if not exe.exists():
+        print(f"({exe} missing: run bench/build_llamacpp.sh)")
+        return None
+    port = free_port()
+    cmd = [
+        str(exe), "-m", str(model), "-t", "2", "-tb", "2", "-np", str(parallel),
+        "-c", str(ctx), "-kvu", "--host", "127.0.0.1", "--port", str(port), *extra.split(),
+    ]  # fmt: skip
+    proc, log = start(cmd, "llama-server")
+    s = Server("llama-server", proc, f"http://127.0.0.1:{port}", None, log)
+    wait_ready(s, "/health", lambda r: r.status_code == 200)
+    return System("llama-server", s.url, "tiny", [s], {"llama-server": proc.pid})
+
+
+def start_router(model: Path, parallel: int, ctx: int) -> System:
+    home = Path(tempfile.mkdtemp(prefix="bench-host-"))
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "juggler", "serve", "--port", str(port), "--model", "",
+        "--admin-api-key", ADMIN, "--log-level", "warning",
+    ]  # fmt: skip
+    proc, log = start(cmd, "router", {"JUGGLER_HOME": str(home), "PYTHONUNBUFFERED": "1"})
+    s = Server("juggler", proc, f"http://127.0.0.1:{port}", None, log)
+    wait_ready(s, "/live", lambda r: r.status_code == 200)
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    with httpx.Client(base_url=s.url, headers=admin, timeout=300) as c:
+        pull = {"model_name": NAME, "checkpoint": str(model), "recipe": "llamacpp"}
+        r = c.post("/api/v1/pull", json=pull)
+        assert r.status_code == 200, r.text
+        load = {"model_name": NAME, "ctx_size": ctx, "llamacpp_args": f"--parallel {parallel}"}
+        r = c.post("/api/v1/load", json=load)
+        assert r.status_code == 200, r.text
+        health = c.get("/api/v1/health").json()
+    backend = next(int(m["pid"]) for m in health["all_models_loaded"] if m.get("pid"))
+    shutil.rmtree(home, ignore_errors=True)  # the router keeps what it opened
+    return System("juggler", s.url, NAME, [s], {"router": proc.pid, "backend": backend})
+
+
+def start_direct(model: Path, parallel: int, ctx: int) -> System:
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "juggler.engine", "--model-path", str(model),
+        "--model-name", "tiny", "--port", str(port), "--threads", "2",
+        "--parallel", str(parallel), "--ctx-size", str(ctx), "--log-level", "warning",
+    ]  # fmt: skip
+    proc, log = start(cmd, "backend")
+    s = Server("juggler-direct", proc, f"http://127.0.0.1:{port}", None, log)
+    wait_ready(s, "/health", lambda r: r.status_code == 200)
+    return System("direct", s.url, "tiny", [s], {"backend": proc.pid})
+
+
+def bodies(
+    level: int, n_new: int, stream: bool, model_field: str, rng: random.Random, target: int
+) -> list[list[dict[str, Any]]]:
+    per_stream = max(2, math.ceil(target / (level * n_new)))
+    out = []
+    for _ in range(level):
+        mine = []
+        for _ in range(per_stream):
+            body: dict[str, Any] = {
+                "model": model_field,
+                "prompt": f"Request {rng.random():.6f}. {text_of(20, rng)}",
+                "max_tokens": n_new,
+                "ignore_eos": True,
+                "temperature": 0.8,
+                "top_k": 40,
+                "top_p": 0.95,
+                "min_p": 0.05,
+            }
+            if stream:
+                body["stream"] = True
+                body["stream_options"] = {"include_usage": True}
+            mine.append(body)
+        out.append(mine)
+    return out
+
+
+def own_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+@dataclass
+class Measured:
+    tps: float
+    #: CPU microseconds per generated token, by process label (and "client").
+    cpu_us: dict[str, float]
+
+
+def burst(
+    system: System, level: int, n_new: int, stream: bool, seed: int, target: int
+) -> Measured:
+    rng = random.Random(seed)
+    work = bodies(level, n_new, stream, system.model_field, rng, target)
+    before = {k: cpu_seconds(p) for k, p in system.pids.items()}
+    mine = own_cpu_s()
+    result = run_burst(system.url, "/v1/completions", work)
+    cpu = {k: cpu_seconds(p) - before[k] for k, p in system.pids.items()}
+    cpu["client"] = own_cpu_s() - mine
+    settle()
+    n = max(1, result.tokens)
+    expected = sum(len(m) for m in work) * n_new
+    if result.tokens != expected:
+        print(f"  ({system.name}: {result.tokens} tokens, expected {expected})")
+    return Measured(result.tps, {k: v / n * 1e6 for k, v in cpu.items()})
+
+
+# -- profile ---------------------------------------------------------------------------
+#: The parts of Juggler's per-token work, each recognised by a frame of its stack (the
+#: first part, in this order, whose marker appears in a sample's stack takes it).
+PROFILE_PARTS: list[tuple[str, tuple[str, ...]]] = [
+    ("decode (llama_decode)", ("decode (juggler/engine/llama/native_context.py",)),
+    ("sampling", ("native_sampler.py",)),
+    ("detokenize + stop strings", ("piece (", "sampling.py", "utf8", "StopMatcher")),
+    ("plan + batch fill", ("schedule/batch.py", "_fill (", "drafts.py", "make_room")),
+    ("tokens to streams", ("on_token (", "on_rows (", "stream.py", "outbox.py")),
+    ("worker loop (other)", ("engine/worker/",)),
+    ("backend HTTP + JSON", ("engine/http/", "api/sse.py", "uvicorn", "starlette", "json")),
+    ("router relay + HTTP", ("router/", "httpx", "httpcore", "h11")),
+    ("event loop + other", ("",)),
+]
+
+
+def profile_parts(raw: Path) -> Counter[str]:
+    """Samples per part, from py-spy's `--format raw` output (collapsed stacks)."""
+    parts: Counter[str] = Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        for name, markers in PROFILE_PARTS:
+            if any(m in stack for m in markers):
+                parts[name] += int(count)
+                break
+    return parts
+
+
+def profile(
+    system: System, level: int, n_new: int, stream: bool, out_dir: Path, target: int
+) -> None:
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        print("(py-spy is not installed: make install puts it in .venv)")
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    procs = []
+    files = {}
+    for label, pid in system.pids.items():
+        files[label] = out_dir / f"{system.name}-{label}-{level}{'-sse' if stream else ''}.txt"
+        cmd = [spy, "record", "--format", "raw", "--rate", "200", "--nonblocking"]
+        cmd += ["--pid", str(pid), "-o", str(files[label])]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)  # py-spy attaches
+    m = burst(system, level, n_new, stream, 99, target)
+    for p in procs:
+        p.send_signal(2)
+        p.wait(timeout=60)
+    total: Counter[str] = Counter()
+    for f in files.values():
+        if f.exists():
+            total.update(profile_parts(f))
+    n = sum(total.values()) or 1
+    kind = "sse" if stream else "plain"
+    print(f"\nprofile: {system.name} at {level} streams ({kind}), {m.tps:.0f} tok/s")
+    for name, _ in PROFILE_PARTS:
+        print(f"  {name:<28} {100 * total[name] / n:5.1f}%")
+    print("  CPU us/token: " + ", ".join(f"{k} {v:.0f}" for k, v in m.cpu_us.items()))
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--levels", default="1,8,32,64")
+    ap.add_argument("--new", type=int, default=64, help="tokens a request")
+    ap.add_argument("--modes", default="plain,sse")
+    ap.add_argument("--direct", action="store_true", help="also the backend without the router")
+    ap.add_argument("--no-llama", action="store_true", help="leave llama-server out")
+    ap.add_argument("--llama-args", default="", help="more llama-server flags")
+    ap.add_argument("--no-juggler", action="store_true", help="leave Juggler's router out")
+    ap.add_argument("--model", choices=["tiny", "smol"], default="tiny")
+    ap.add_argument("--target", type=int, default=4096, help="tokens a burst, at least")
+    ap.add_argument("--parallel", type=int, default=PARALLEL)
+    ap.add_argument("--profile", type=Path, default=None, help="py-spy profiles into DIR")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    model = tiny_host_bound() if args.model == "tiny" else smol_path()
+    print(f"model: {model} ({model.stat().st_size / 1e6:.0f} MB)")
+
+    systems: list[System] = []
+    try:
+        starters: list[Callable[[], System | None]] = []
+        if not args.no_juggler:
+            starters.append(lambda: start_router(model, args.parallel, CTX))
+        if args.direct:
+            starters.append(lambda: start_direct(model, args.parallel, CTX))
+        if not args.no_llama:
+            starters.append(lambda: start_llama(model, args.parallel, CTX, args.llama_args))
+        for make in starters:
+            s = make()
+            if s is not None:
+                systems.append(s)
+        for s in systems:  # warm-up, not counted
+            burst(s, 8, args.new, False, 0, 512)
+        if args.profile is not None:
+            for level in (min(levels), max(levels)):
+                for mode in modes:
+                    profile(systems[0], level, args.new, mode == "sse", args.profile, args.target)
+            return
+        # tps[(system, level, mode)] -> per-round figures
+        tps: dict[tuple[str, int, str], list[float]] = {}
+        cpu: dict[tuple[str, int, str], list[dict[str, float]]] = {}
+        for rnd in range(args.rounds):
+            order = systems if rnd % 2 == 0 else systems[::-1]
+            for level in levels:
+                for mode in modes:
+                    seed = rnd * 1000 + level
+                    line = []
+                    for s in order:
+                        m = burst(s, level, args.new, mode == "sse", seed, args.target)
+                        tps.setdefault((s.name, level, mode), []).append(m.tps)
+                        cpu.setdefault((s.name, level, mode), []).append(m.cpu_us)
+                        line.append(f"{s.name} {m.tps:7.0f}")
+                    print(f"round {rnd + 1} {level:>3} streams {mode:<5}: " + "  ".join(line))
+        report(systems, levels, modes, tps, cpu)
+    finally:
+        for s in systems:
+            s.stop()
+
+
+def report(
+    systems: list[System],
+    levels: list[int],
+    modes: list[str],
+    tps: dict[tuple[str, int, str], list[float]],
+    cpu: dict[tuple[str, int, str], list[dict[str, float]]],
+) -> None:
+    names = [s.name for s in systems]
+    print("\nmedian tok/s (and the median of per-round ratios against llama-server)")
+    head = f"{'streams':>8} {'mode':<6}" + "".join(f"{n:>16}" for n in names)
+    print(head)
+    for level in levels:
+        for mode in modes:
+            row = f"{level:>8} {mode:<6}"
+            base = tps.get(("llama-server", level, mode))
+            for n in names:
+                xs = tps[(n, level, mode)]
+                cell = f"{med(xs):.0f}"
+                if base and n != "llama-server":
+                    cell += f" ({med([a / b for a, b in zip(xs, base, strict=True)]):.2f}x)"
+                row += f"{cell:>16}"
+            print(row)
+    print("\nCPU microseconds per generated token, by process (medians)")
+    for level in levels:
+        for mode in modes:
+            for n in names:
+                rows = cpu[(n, level, mode)]
+                keys = rows[0].keys()
+                parts = ", ".join(f"{k} {med([r[k] for r in rows]):.0f}" for k in keys)
+                print(f"{level:>8} {mode:<6} {n:<14} {parts}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
