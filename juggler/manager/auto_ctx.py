@@ -88,6 +88,30 @@ def resolved(
     return options.model_copy(update={"ctx_size": size})
 
 
+def listed_size(
+    options: ModelOptions,
+    header: GgufInfo | None,
+    trained: int | None,
+    settings: Settings,
+    *,
+    memory_bytes: int | None = None,
+) -> int:
+    """The `context_length` a model list shows for a model that is not loaded (issue 49,
+    Lemonade's test 006c: "ctx_size=-1 means 'size automatically' and must never be
+    returned"): a given size as it is; an automatic one as a load now would choose it
+    from the file's header (`memory_bytes` None: the host's, for a CPU load); before the
+    file is on disk (no header to size from), the context the catalog says the model was
+    trained for, as Lemonade shows it, else `AUTO_CTX_FALLBACK`."""
+    if options.ctx_size != AUTO_CTX:
+        return options.ctx_size
+    if header is None:
+        return trained if trained and trained > 0 else AUTO_CTX_FALLBACK
+    memory = None
+    if options.llamacpp_backend == "cpu":
+        memory = memory_bytes if memory_bytes is not None else host_memory_bytes()
+    return resolved(options, header, settings, memory_bytes=memory).ctx_size
+
+
 def planned_size(
     info: ModelInfo,
     options: ModelOptions,

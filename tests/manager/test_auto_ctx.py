@@ -110,3 +110,19 @@ def test_loading_auto_again_keeps_the_process_and_its_size(tmp_path: Path) -> No
             await m.stop()
 
     run(scenario())
+
+
+def test_a_listed_context_length_is_never_the_automatic_sentinel(tmp_path: Path) -> None:
+    """Issue 49 (Lemonade's test 006c): "with `ctx_size` automatic (-1), a model's
+    `context_length` in `/models` is the resolved size (or the trained context before
+    the first load), never absent or a sentinel"."""
+    header = read_info(smol_like(tmp_path / "m.gguf", ctx=8192))
+    s = settings()
+    auto = s.model_options({"ctx_size": -1})
+    small = 200 << 20
+    shown = auto_ctx.listed_size(auto, header, 8192, s, memory_bytes=small)
+    assert shown == auto_ctx_size(header, workers=1, memory_bytes=small) == 4352
+    assert auto_ctx.listed_size(auto, None, 40960, s) == 40960  # not on disk: trained
+    assert auto_ctx.listed_size(auto, None, None, s) == AUTO_CTX_FALLBACK
+    fixed = s.model_options({"ctx_size": 2048})
+    assert auto_ctx.listed_size(fixed, header, 8192, s) == 2048

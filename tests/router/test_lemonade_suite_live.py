@@ -76,3 +76,24 @@ def test_lemonade_load_options_in_ollama_options_stay_out(server: RunningServer)
         assert shown["ctx_size"] == 896 and entry["pinned"] is False
         assert not {"pinned", "auto_evict", "evict_idle_timeout", "temperature"} & set(shown)
         assert "--foo-bar" not in shown["llamacpp_args"]
+
+
+def test_automatic_context_length_is_the_size_the_load_gets(server: RunningServer) -> None:
+    """Issue 49, Lemonade's test 006c: "with `ctx_size` automatic (-1), a model's
+    `context_length` in `/models` is the resolved size ..., never absent or a sentinel";
+    the size shown before the load is the size the load gets."""
+    options = f"/api/v1/models/{DEFAULT_MODEL}/options"
+    with server.client() as c:
+        c.post("/api/v1/unload", json={})
+        assert c.post(options, json={"ctx_size": -1}).status_code == 200
+        try:
+            before = c.get(f"/api/v1/models/{DEFAULT_MODEL}").json()["context_length"]
+            assert before > 0
+            r = c.post("/api/v1/load", json={"model_name": DEFAULT_MODEL})
+            assert r.status_code == 200, r.text
+            assert loaded(server, DEFAULT_MODEL)["recipe_options"]["ctx_size"] == before
+            listed = {m["id"]: m for m in c.get("/v1/models").json()["data"]}
+            assert listed[DEFAULT_MODEL]["context_length"] == before
+        finally:
+            c.delete(options)
+            c.post("/api/v1/unload", json={})

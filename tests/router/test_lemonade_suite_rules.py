@@ -166,6 +166,31 @@ def test_models_tell_context_length_and_list_aliases(client: TestClient) -> None
     assert client.get("/api/v1/models/my-chat").json()["context_length"] == 2048
 
 
+def test_automatic_context_length_is_the_resolved_size_never_the_sentinel(
+    client: TestClient,
+) -> None:
+    """Issue 49: "with `ctx_size` automatic (-1), a model's `context_length` in `/models`
+    is ... the resolved size (or the trained context before the first load), never absent
+    or a sentinel" (Lemonade's test 006c: "ctx_size=-1 means 'size automatically' and
+    must never be returned"; 006d: list and retrieve agree)."""
+    r = client.post("/internal/set", json={"ctx_size": -1}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    listed = {m["id"]: m for m in client.get("/api/v1/models?show_all=true").json()["data"]}
+    # On disk: the size a load now would choose, as the options API resolves it.
+    resolved = client.get(f"/api/v1/models/{SMOL}/options").json()["resolved_ctx_size"]
+    assert resolved > 0
+    assert listed[SMOL]["context_length"] == resolved
+    assert client.get(f"/api/v1/models/{SMOL}").json()["context_length"] == resolved
+    # Not downloaded: the context the catalog says it was trained for.
+    assert listed["Qwen3-0.6B-GGUF"]["downloaded"] is False
+    assert listed["Qwen3-0.6B-GGUF"]["context_length"] == 40960 > 0
+    # A saved -1 on one model, with a fixed size in the settings, is resolved the same.
+    client.post("/internal/set", json={"ctx_size": 2048}, headers=ADMIN)
+    assert client.post(f"/api/v1/models/{SMOL}/options", json={"ctx_size": -1}).status_code == 200
+    assert client.get(f"/api/v1/models/{SMOL}").json()["context_length"] == resolved
+    assert client.get("/api/v1/models/Gemma-3-270M-GGUF").json()["context_length"] == 2048
+
+
 def test_a_null_load_option_skips_the_saved_one_for_this_load_only() -> None:
     """lemonade.md, /load: "Passing explicit `null` ignores only that saved key for this
     load and falls through to the lower default layers without changing

@@ -62,10 +62,12 @@ def model_entry(
     saved_options: dict[str, Any] | None = None,
     *,
     context_length: int | None = None,
+    facts: FileFacts | None = None,
 ) -> dict[str, Any]:
     """One model in Lemonade's /models shape (a superset of OpenAI's); `context_length`
-    when the caller knows it (openai.md: omitted when it is not known)."""
-    facts = file_facts(info)
+    when the caller knows it (openai.md: omitted when it is not known); `facts` when the
+    caller has read them already."""
+    facts = file_facts(info) if facts is None else facts
     size_gb = info.size_gb
     if facts.size_bytes is not None:
         size_gb = round(facts.size_bytes / 1e9, 3)

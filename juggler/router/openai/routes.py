@@ -19,11 +19,18 @@ from juggler.api.openai import (
     RerankRequest,
 )
 from juggler.errors import BadRequest
+from juggler.manager import auto_ctx
 from juggler.registry.adapters import AdapterInfo
 from juggler.registry.checkpoint import is_available
 from juggler.router.core import load_options
 from juggler.router.core.bodies import model_of, parse_for_model, read_json, validate
-from juggler.router.core.catalog_view import STARTED, model_entry
+from juggler.router.core.catalog_view import (
+    STARTED,
+    FileFacts,
+    file_facts,
+    max_context_window,
+    model_entry,
+)
 from juggler.router.core.deps import RouterState, state_of
 from juggler.router.core.openapi import body_of
 from juggler.types import ModelInfo
@@ -54,27 +61,33 @@ def _loaded_ctx(state: RouterState) -> dict[str, int]:
     return {s.model_name: s.options.ctx_size for s in state.manager.snapshot()}
 
 
-def context_length(state: RouterState, info: ModelInfo, loaded: Mapping[str, int]) -> int | None:
+def context_length(
+    state: RouterState, info: ModelInfo, loaded: Mapping[str, int], facts: FileFacts
+) -> int | None:
     """openai.md: `context_length` "Uses the loaded value when the model is running and
     the configured `ctx_size` otherwise (omitted when neither is known)": a llama.cpp
-    model's saved options over the server's settings (what its next load would use)."""
+    model's saved options over the server's settings (what its next load would use). An
+    automatic size (-1) is never shown (Lemonade's test 006c): it is the size a load now
+    would choose (`auto_ctx.listed_size`)."""
     if info.name in loaded:
         return loaded[info.name]
     if info.recipe != "llamacpp":
         return None
     try:
         saved = state.pins.saved_options(info.name)
-        size = state.settings.model_options(None, saved=saved).ctx_size
+        options = state.settings.model_options(None, saved=saved)
     except BadRequest:  # saved options a load would refuse: no size to tell
         return None
-    return size if size > 0 else None  # an automatic size is known once loaded
+    trained = max_context_window(info, facts)
+    return auto_ctx.listed_size(options, facts.gguf, trained, state.settings)
 
 
 def _entry(
     state: RouterState, info: ModelInfo, loaded: Mapping[str, int], shown_as: str | None = None
 ) -> dict[str, Any]:
-    ctx = context_length(state, info, loaded)
-    entry = model_entry(info, state.pins.saved_options(info.name), context_length=ctx)
+    facts = file_facts(info)
+    ctx = context_length(state, info, loaded, facts)
+    entry = model_entry(info, state.pins.saved_options(info.name), context_length=ctx, facts=facts)
     if shown_as is not None:
         entry["id"] = shown_as  # Lemonade: an alias is shown under its own name
     return entry
