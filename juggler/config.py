@@ -17,8 +17,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from juggler import options as opt
-from juggler.engine_args import layered_llamacpp_args, parse_llamacpp_args
+from juggler.engine_args import check_kv_cache, layered_llamacpp_args, parse_llamacpp_args
 from juggler.errors import JugglerError
+from juggler.kv_cache import KvCacheType
 from juggler.options import ModelOptions, env_name
 from juggler.types import MODEL_TYPE_ORDER, ModelType
 
@@ -128,6 +129,8 @@ class Settings(BaseModel):
     llamacpp_backend: opt.LlamacppBackend = opt.LLAMACPP_BACKEND
     llamacpp_args: str = opt.LLAMACPP_ARGS
     merge_args: bool = opt.MERGE_ARGS
+    cache_type_k: KvCacheType = opt.CACHE_TYPE_K
+    cache_type_v: KvCacheType = opt.CACHE_TYPE_V
     auto_evict: bool = opt.AUTO_EVICT
     downsize_idle_timeout: int = opt.DOWNSIZE_IDLE_TIMEOUT
     evict_idle_timeout: int = opt.EVICT_IDLE_TIMEOUT
@@ -170,6 +173,14 @@ class Settings(BaseModel):
         return value.lower()
 
     @model_validator(mode="after")
+    def _kv_cache(self) -> Settings:
+        try:
+            check_kv_cache(self.cache_type_v, self.llamacpp_args)
+        except JugglerError as exc:
+            raise ValueError(exc.message) from None
+        return self
+
+    @model_validator(mode="after")
     def _unbuilt(self) -> Settings:
         for key in opt.UNBUILT_SETTINGS:
             if getattr(self, key) != type(self).model_fields[key].default:
@@ -198,7 +209,7 @@ class Settings(BaseModel):
             given.get("llamacpp_args"),
             merge=options.merge_args,
         )
-        parse_llamacpp_args(args)
+        check_kv_cache(options.cache_type_v, args)
         if args == options.llamacpp_args:
             return options
         try:

@@ -13,10 +13,16 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from juggler.errors import BadRequest
+from juggler.kv_cache import is_quantized
 from juggler.options import EngineFlags, flag_of
 
 #: Flags a client may not pass in `llamacpp_args`: they have their own load option.
-OWNED_FLAGS: dict[str, str] = {"ctx_size": "ctx_size", "n_gpu_layers": "llamacpp_backend"}
+OWNED_FLAGS: dict[str, str] = {
+    "ctx_size": "ctx_size",
+    "n_gpu_layers": "llamacpp_backend",
+    "cache_type_k": "cache_type_k",
+    "cache_type_v": "cache_type_v",
+}
 #: llama-server's switches (no value) and the engine flag value each one sets.
 SWITCH_FLAGS: dict[str, tuple[str, str]] = {"--no-mmap": ("mmap", "off")}
 #: llama-server flags accepted only at the value that is what Juggler does anyway (they
@@ -50,6 +56,19 @@ def parse_llamacpp_args(text: str) -> dict[str, Any]:
             f"llamacpp_args: {flag_of(name)}: {err['msg']}", param="llamacpp_args"
         ) from None
     return {k: getattr(checked, k) for k in values}
+
+
+def check_kv_cache(cache_type_v: str, llamacpp_args: str) -> None:
+    """llama.cpp keeps a quantized V cache only with flash attention ("quantized V cache
+    requires flash_attn to be enabled"): a 400 naming `cache_type_v` when the engine
+    flags turn it off. Raises BadRequest as `parse_llamacpp_args` too."""
+    flags = parse_llamacpp_args(llamacpp_args)
+    if is_quantized(cache_type_v) and flags.get("flash_attn") == "off":
+        raise BadRequest(
+            f"cache_type_v {cache_type_v!r} needs flash attention, which llamacpp_args turn "
+            "off (--flash-attn off); use --flash-attn auto or on, or cache_type_v 'f16'",
+            param="cache_type_v",
+        )
 
 
 def merge_llamacpp_args(high: str, low: str) -> str:

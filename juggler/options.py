@@ -29,6 +29,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.fields import FieldInfo
 
 from juggler.errors import BadRequest, NotImplementedParam
+from juggler.kv_cache import DEFAULT_KV_TYPE, KvCacheType
 
 ENV_PREFIX = "JUGGLER_"
 
@@ -90,6 +91,17 @@ MERGE_ARGS = Field(
     description="lemonade.md: true inherits the server-wide llamacpp_args (a model's or a "
     "load's own flags win over the same flags there); false applies only a load's own.",
 )
+CACHE_TYPE_K: Any = Field(
+    DEFAULT_KV_TYPE,
+    description="KV cache type of the keys (llama-server's --cache-type-k): f16 (llama.cpp's "
+    "default); q8_0 takes about half the memory a cell, q4_0 about a quarter; also f32, "
+    "bf16, q4_1, iq4_nl, q5_0, q5_1.",
+)
+CACHE_TYPE_V: Any = Field(
+    DEFAULT_KV_TYPE,
+    description="KV cache type of the values (llama-server's --cache-type-v), as "
+    "cache_type_k; a quantized type needs flash attention, which is turned on for it.",
+)
 AUTO_EVICT = Field(False, description="Opt into seed 002's dynamic memory management.")
 #: The idle timeouts are whole seconds, as Lemonade's (it refuses `600.5`).
 DOWNSIZE_IDLE_TIMEOUT = Field(
@@ -129,6 +141,10 @@ THREADS = Field(
 )
 
 
+#: `ModelOptions.launch_key`: ctx_size, llamacpp_backend, llamacpp_args, cache types.
+LaunchKey = tuple[int, str, str, str, str]
+
+
 class ModelOptions(BaseModel):
     """The complete per-model options of one WrappedServer (after the priority merge)."""
 
@@ -138,16 +154,24 @@ class ModelOptions(BaseModel):
     llamacpp_backend: LlamacppBackend = LLAMACPP_BACKEND
     llamacpp_args: str = LLAMACPP_ARGS
     merge_args: bool = MERGE_ARGS
+    cache_type_k: KvCacheType = CACHE_TYPE_K
+    cache_type_v: KvCacheType = CACHE_TYPE_V
     auto_evict: bool = AUTO_EVICT
     downsize_idle_timeout: int = DOWNSIZE_IDLE_TIMEOUT
     evict_idle_timeout: int = EVICT_IDLE_TIMEOUT
     evict_weight_factor: float = EVICT_WEIGHT_FACTOR
     compute_weight: float = COMPUTE_WEIGHT
 
-    def launch_key(self) -> tuple[int, str, str]:
+    def launch_key(self) -> LaunchKey:
         """The options that change how the backend process is started. Two loads of one
         model with the same key are the same load (no-op); a different key reloads."""
-        return (self.ctx_size, self.llamacpp_backend, self.llamacpp_args)
+        return (
+            self.ctx_size,
+            self.llamacpp_backend,
+            self.llamacpp_args,
+            self.cache_type_k,
+            self.cache_type_v,
+        )
 
     def recipe_options(self) -> dict[str, Any]:
         """Lemonade's `recipe_options` object for health entries: the options that launch
@@ -281,7 +305,17 @@ class EngineFlags(BaseModel):
         description="Unconsumed events after which a slow stream is ended.",
         json_schema_extra=_unit("events"),
     )
-    flash_attn: FlashAttn = Field("auto", description="llama.cpp flash attention.")
+    flash_attn: FlashAttn = Field(
+        "auto",
+        description="llama.cpp flash attention (auto: on where supported, and always for a "
+        "quantized V cache).",
+    )
+    cache_type_k: KvCacheType = Field(
+        DEFAULT_KV_TYPE, description="KV cache type of the keys (the cache_type_k option)."
+    )
+    cache_type_v: KvCacheType = Field(
+        DEFAULT_KV_TYPE, description="KV cache type of the values (the cache_type_v option)."
+    )
     mmap: Literal["on", "off"] = Field(
         "on",
         description="Map the model file into memory (llama.cpp's default); off reads it "

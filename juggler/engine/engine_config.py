@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from juggler.engine.worker.config import WorkerConfig
+from juggler.kv_cache import KV_TYPES
 from juggler.options import EngineFlags
 from juggler.types import ModelType
 
@@ -28,6 +29,15 @@ class EngineConfig:
         return self.flags.threads or os.cpu_count() or 1
 
 
+def flash_attn(flags: EngineFlags) -> int:
+    """llama.cpp's flash-attention switch; on for a quantized V cache when it is
+    automatic (llama.cpp keeps one only with it; `--flash-attn off` with one is refused
+    before the backend starts, `engine_args.check_kv_cache`)."""
+    if flags.flash_attn == "auto" and KV_TYPES[flags.cache_type_v].is_quantized:
+        return _FLASH_ATTN["on"]
+    return _FLASH_ATTN[flags.flash_attn]
+
+
 def worker_config(config: EngineConfig) -> WorkerConfig:
     """A generation worker's settings from the engine flags."""
     f = config.flags
@@ -39,7 +49,9 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
         n_threads=config.n_threads,
         n_threads_batch=f.threads_batch or 0,
         max_prefill_chunk=max(1, min(f.prefill_chunk, batch)),
-        flash_attn=_FLASH_ATTN[f.flash_attn],
+        flash_attn=flash_attn(f),
+        type_k=KV_TYPES[f.cache_type_k].ggml_type,
+        type_v=KV_TYPES[f.cache_type_v].ggml_type,
         cache_cells=f.cache_cells,
         parked_cells=f.parked_cells,
         park_budget_bytes=f.park_memory_mb << 20,
@@ -59,4 +71,7 @@ def embed_worker_config(config: EngineConfig, n_ctx_train: int) -> WorkerConfig:
         n_seq_max=max(f.parallel, 32),
         n_threads=config.n_threads,
         n_threads_batch=f.threads_batch or 0,
+        flash_attn=flash_attn(f),
+        type_k=KV_TYPES[f.cache_type_k].ggml_type,
+        type_v=KV_TYPES[f.cache_type_v].ggml_type,
     )

@@ -4,7 +4,8 @@ lemonade.md: "A `ctx_size` of `-1` means the server picks the context size
 automatically", and `resolved_ctx_size` is "the effective `ctx_size`, or the
 automatically computed size when that is `-1`". Lemonade takes the model's context window
 capped by the memory its KV cache can have after the weights. Juggler's rule, from the
-GGUF header and `fit`'s estimate (weights plus every worker's f16 KV cache):
+GGUF header and `fit`'s estimate (weights plus every worker's KV cache, at the load's
+cache types):
 
 - the context the model was trained for (`<arch>.context_length`), at most
   `AUTO_CTX_MAX` (32768, Lemonade's cap for a model whose window it does not know,
@@ -31,7 +32,7 @@ from pathlib import Path
 from juggler.config import Settings
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import JugglerError
-from juggler.manager.fit import host_memory_bytes, kv_bytes_per_token
+from juggler.manager.fit import F16, KvTypes, host_memory_bytes, kv_bytes_per_token
 from juggler.options import AUTO_CTX, MIN_CTX, ModelOptions
 from juggler.registry.gguf_meta import GgufError, GgufInfo, read_info
 from juggler.types import ModelInfo
@@ -53,13 +54,15 @@ def header_of(path: Path | str | None) -> GgufInfo | None:
         return None
 
 
-def auto_ctx_size(header: GgufInfo | None, *, workers: int, memory_bytes: int | None) -> int:
+def auto_ctx_size(
+    header: GgufInfo | None, *, workers: int, memory_bytes: int | None, kv_types: KvTypes = F16
+) -> int:
     """The automatic context size (see the module doc). `memory_bytes` None: the load
     does not run from host memory (offloaded), or the memory is not known."""
     if header is None:
         return AUTO_CTX_FALLBACK
     cap = max(min(header.context_length or AUTO_CTX_MAX, AUTO_CTX_MAX), MIN_CTX)
-    per_token = kv_bytes_per_token(header)
+    per_token = kv_bytes_per_token(header, kv_types)
     if memory_bytes is None or not per_token:
         return cap
     budget = int(memory_bytes * AUTO_MEMORY_SHARE) - header.size_bytes
@@ -84,7 +87,8 @@ def resolved(
     if options.ctx_size != AUTO_CTX:
         return options
     workers = workers_of(options, settings)
-    size = auto_ctx_size(header, workers=workers, memory_bytes=memory_bytes)
+    kv_types = (options.cache_type_k, options.cache_type_v)
+    size = auto_ctx_size(header, workers=workers, memory_bytes=memory_bytes, kv_types=kv_types)
     return options.model_copy(update={"ctx_size": size})
 
 

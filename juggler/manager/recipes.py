@@ -41,7 +41,7 @@ from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotIn
 from juggler.manager import auto_ctx
 from juggler.manager.auto_ctx import header_of
 from juggler.manager.fit import check_fit, host_memory_bytes
-from juggler.options import AUTO_CTX, EngineFlags, ModelOptions
+from juggler.options import AUTO_CTX, EngineFlags, LaunchKey, ModelOptions
 from juggler.registry.gguf_meta import GgufInfo
 from juggler.types import Device, ModelInfo, ModelType
 
@@ -145,7 +145,7 @@ class LaunchPlan:
     def model_type(self) -> ModelType:
         return self.info.type
 
-    def launch_key(self) -> tuple[int, str, str]:
+    def launch_key(self) -> LaunchKey:
         """`ModelOptions.launch_key`, with an automatic size as -1: the process holds the
         size chosen when it started, and asking for automatic sizing again is the same
         load (Lemonade's router: "Asking for auto again asks for what is running")."""
@@ -209,6 +209,8 @@ def _engine_flags(options: ModelOptions, settings: Settings) -> EngineFlags:
         "parallel": settings.parallel,
         "threads": settings.threads,
         "n_gpu_layers": 0 if options.llamacpp_backend == "cpu" else 999,
+        "cache_type_k": options.cache_type_k,
+        "cache_type_v": options.cache_type_v,
     }
     shape.update(parse_llamacpp_args(options.llamacpp_args))
     return EngineFlags.model_validate(shape)
@@ -272,6 +274,7 @@ def _check_fit(
         header,
         ctx_size=flags.ctx_size,
         workers=flags.workers,
+        kv_types=(flags.cache_type_k, flags.cache_type_v),
         is_llm=info.type is ModelType.LLM,
         memory_bytes=memory_bytes,
     )

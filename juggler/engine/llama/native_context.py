@@ -80,6 +80,8 @@ class Context:
         cp.pooling_type = params.pooling
         cp.kv_unified = params.kv_unified
         cp.flash_attn_type = params.flash_attn
+        cp.type_k = params.type_k
+        cp.type_v = params.type_v
         cp.no_perf = True
         ctx = C.llama_init_from_model(model_ptr, cp)
         if not ctx:

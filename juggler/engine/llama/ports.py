@@ -40,6 +40,9 @@ class ContextParams:
     kv_unified: bool = True
     #: llama.cpp's flash-attention switch: -1 auto (on where supported), 0 off, 1 on.
     flash_attn: int = -1
+    #: llama.cpp's `ggml_type` of the KV cache's keys and values (1: f16).
+    type_k: int = 1
+    type_v: int = 1
 
 
 class Vocab(Protocol):

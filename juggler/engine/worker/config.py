@@ -30,6 +30,9 @@ class WorkerConfig:
     n_threads_batch: int = 0
     max_prefill_chunk: int = 256
     flash_attn: int = -1
+    #: llama.cpp's `ggml_type` of the KV cache's keys and values (1: f16).
+    type_k: int = 1
+    type_v: int = 1
     #: Cell budget of cached (finished stateless) sequences; None: an eighth of n_ctx.
     cache_cells: int | None = None
     #: Tokens of cached prefixes parked outside the KV cache when idle; None: n_ctx.

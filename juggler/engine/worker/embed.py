@@ -114,6 +114,9 @@ class EmbedWorker(OwnerThread):
                 embeddings=True,
                 pooling=POOLING_RANK if self.rerank else -1,
                 kv_unified=True,
+                flash_attn=cfg.flash_attn,
+                type_k=cfg.type_k,
+                type_v=cfg.type_v,
             ),
         )
         if self.ctx.pooling == POOLING_NONE:

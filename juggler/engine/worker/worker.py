@@ -132,6 +132,8 @@ class Worker(OwnerThread):
             n_threads=cfg.n_threads,
             n_threads_batch=cfg.n_threads_batch,
             flash_attn=cfg.flash_attn,
+            type_k=cfg.type_k,
+            type_v=cfg.type_v,
         )
         wid = self.worker_id
         gov = self.governor

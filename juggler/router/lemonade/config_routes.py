@@ -71,6 +71,8 @@ NEXT_LOAD = frozenset(
         "evict_weight_factor",
         "compute_weight",
         "merge_args",
+        "cache_type_k",
+        "cache_type_v",
     }
 )
 
