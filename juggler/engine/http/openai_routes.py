@@ -135,10 +135,16 @@ def prepare_completion(
     return prompt, checked(engine, dataclasses.replace(params, top_logprobs=body.logprobs))
 
 
-async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: Request) -> Any:
+async def chat(
+    engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: Request, *, inline: bool = False
+) -> Any:
+    """`inline`: prepare the request on the event loop (a small one, `fast_lane`)."""
     t0 = time.perf_counter()
     engine.require_llm()
-    plan, prompt, params = await run_in_threadpool(prepare_chat, engine, caps, body)
+    if inline:
+        plan, prompt, params = prepare_chat(engine, caps, body)
+    else:
+        plan, prompt, params = await run_in_threadpool(prepare_chat, engine, caps, body)
     await ensure_connected(request)
     n = body.num_choices
     sinks = await start_choices(
@@ -223,10 +229,15 @@ async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: R
     return sse_response(frames(), sinks)
 
 
-async def completions(engine: Engine, body: api.CompletionRequest, request: Request) -> Any:
+async def completions(
+    engine: Engine, body: api.CompletionRequest, request: Request, *, inline: bool = False
+) -> Any:
     t0 = time.perf_counter()
     engine.require_llm()
-    prompt, params = await run_in_threadpool(prepare_completion, engine, body)
+    if inline:
+        prompt, params = prepare_completion(engine, body)
+    else:
+        prompt, params = await run_in_threadpool(prepare_completion, engine, body)
     await ensure_connected(request)
     n = body.num_choices
     sinks = await start_choices(

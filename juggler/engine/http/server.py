@@ -32,6 +32,7 @@ from juggler.backend_key import ENV as KEY_ENV
 from juggler.backend_key import HEADER, key_matches
 from juggler.engine.http import memory, openai_routes, responses_api, slots
 from juggler.engine.http import responses as shape
+from juggler.engine.http.fast_lane import FastLane, error_response, is_small, parse
 from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.http.requests import adapter_ref, sampling_params, template_messages
 from juggler.engine.http.response_store import ResponseStore
@@ -71,7 +72,7 @@ class RouterOnly:
         await self.app(scope, receive, send)
 
 
-def create_app(engine: Engine, key: str | None = None) -> FastAPI:
+def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
     """The backend's app; `key` (default: the environment's, see `juggler.backend_key`)
     is required on every request when set."""
     name = engine.config.model_name
@@ -88,10 +89,8 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     app = FastAPI(title="juggler-engine", lifespan=lifespan)
 
     @app.exception_handler(JugglerError)
-    async def on_juggler_error(request: Request, exc: JugglerError) -> JSONResponse:
-        retry_after = getattr(exc, "retry_after_s", None)
-        headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
-        return JSONResponse(render(exc), status_code=exc.status, headers=headers)
+    async def on_juggler_error(request: Request, exc: JugglerError) -> Response:
+        return error_response(exc)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -157,13 +156,15 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     # -- OpenAI ----------------------------------------------------------------------
     caps = template_caps(engine.template) if engine.is_llm else ToolCaps()
 
-    @app.post("/v1/chat/completions", response_model=None)
-    async def chat(body: api.ChatRequest, request: Request) -> Any:
-        return await openai_routes.chat(engine, caps, body, request)
+    async def chat(request: Request, raw: bytes) -> Any:
+        body = parse(raw, api.ChatRequest)
+        inline = is_small(raw, body.tools, body.response_format, body.grammar, body.json_schema)
+        return await openai_routes.chat(engine, caps, body, request, inline=inline)
 
-    @app.post("/v1/completions", response_model=None)
-    async def completions(body: api.CompletionRequest, request: Request) -> Any:
-        return await openai_routes.completions(engine, body, request)
+    async def completions(request: Request, raw: bytes) -> Any:
+        body = parse(raw, api.CompletionRequest)
+        inline = is_small(raw, body.grammar, body.json_schema)
+        return await openai_routes.completions(engine, body, request, inline=inline)
 
     # -- the Responses API -----------------------------------------------------------
     store = ResponseStore(engine.end_session, cell_budget=engine.config.flags.ctx_size // 2)
@@ -282,6 +283,5 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     app.post("/v1/rerank")(rerank)
     app.post("/v1/reranking")(rerank)
     app.post("/rerank")(rerank)
-    if key:
-        app.add_middleware(RouterOnly, key=key)
-    return app
+    lane = FastLane(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
+    return RouterOnly(lane, key=key) if key else lane
