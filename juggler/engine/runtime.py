@@ -119,7 +119,7 @@ class Engine:
             assert self.master is not None
             self.master.submit(notice)
 
-        for i in range(flags.workers):
+        for i in range(cfg.num_workers):
             if self.is_llm:
                 wcfg = worker_config(cfg)
                 self.workers.append(
@@ -149,7 +149,7 @@ class Engine:
             "engine ready: %s (%s), %d worker(s) x %d sequences, ctx %d, chat template %s",
             cfg.model_name,
             cfg.type,
-            flags.workers,
+            cfg.num_workers,
             flags.parallel,
             flags.ctx_size,
             self.template.origin,

@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from juggler.compute.cpus import allowed_cpus
+from juggler.compute.workers import workers_for
 from juggler.config import Settings
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import JugglerError
@@ -67,9 +69,17 @@ def auto_ctx_size(header: GgufInfo | None, *, workers: int, memory_bytes: int | 
     return min(cap, max(fits // AUTO_CTX_STEP * AUTO_CTX_STEP, AUTO_CTX_MIN))
 
 
-def workers_of(options: ModelOptions, settings: Settings) -> int:
-    """Engine workers of a llama.cpp load: its `--workers`, else the setting."""
-    return int(parse_llamacpp_args(options.llamacpp_args).get("workers", settings.workers))
+def workers_of(options: ModelOptions, settings: Settings, header: GgufInfo | None) -> int:
+    """Engine workers of a llama.cpp load of a text model: its `--workers`, else the
+    setting; 0 (automatic) resolved as the backend will (`compute.workers`)."""
+    requested = int(parse_llamacpp_args(options.llamacpp_args).get("workers", settings.workers))
+    return workers_for(
+        requested,
+        header.size_bytes if header is not None else None,
+        is_llm=True,
+        offloaded=options.llamacpp_backend != "cpu",
+        cores=len(allowed_cpus()),
+    )
 
 
 def resolved(
@@ -83,7 +93,7 @@ def resolved(
     options when the size is given)."""
     if options.ctx_size != AUTO_CTX:
         return options
-    workers = workers_of(options, settings)
+    workers = workers_of(options, settings, header)
     size = auto_ctx_size(header, workers=workers, memory_bytes=memory_bytes)
     return options.model_copy(update={"ctx_size": size})
 

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from juggler.compute.cpus import allowed_cpus
+from juggler.compute.workers import workers_for
 from juggler.config import Settings
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotInstalled
@@ -200,9 +202,12 @@ def _command_npu_backend(info: ModelInfo, device: Device) -> NpuBackend | None:
         return NpuBackend.EXCLUSIVE
 
 
-def _engine_flags(options: ModelOptions, settings: Settings) -> EngineFlags:
+def _engine_flags(
+    options: ModelOptions, settings: Settings, header: GgufInfo | None, info: ModelInfo
+) -> EngineFlags:
     """The backend's engine flags. A client's `llamacpp_args` override the settings'
-    workers, parallel and threads."""
+    workers, parallel and threads; automatic workers (0) are resolved here, so that the
+    fit check counts them (`compute.workers`, as the backend would)."""
     shape: dict[str, object] = {
         "ctx_size": options.ctx_size,
         "workers": settings.workers,
@@ -211,7 +216,15 @@ def _engine_flags(options: ModelOptions, settings: Settings) -> EngineFlags:
         "n_gpu_layers": 0 if options.llamacpp_backend == "cpu" else 999,
     }
     shape.update(parse_llamacpp_args(options.llamacpp_args))
-    return EngineFlags.model_validate(shape)
+    flags = EngineFlags.model_validate(shape)
+    workers = workers_for(
+        flags.workers,
+        header.size_bytes if header is not None else None,
+        is_llm=info.type is ModelType.LLM,
+        offloaded=flags.n_gpu_layers > 0,
+        cores=len(allowed_cpus()),
+    )
+    return flags.model_copy(update={"workers": workers})
 
 
 def _llamacpp_argv(info: ModelInfo, engine_flags: EngineFlags) -> list[str]:
@@ -331,7 +344,7 @@ def plan_launch(
         header = header_of(model_path)
         host = memory_bytes if device is Device.CPU else None
         sized = auto_ctx.resolved(options, header, settings, memory_bytes=host)
-        flags = _engine_flags(sized, settings)
+        flags = _engine_flags(sized, settings, header, info)
         _check_fit(header, info, flags, host)
         return LaunchPlan(
             info,

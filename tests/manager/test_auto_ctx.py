@@ -63,7 +63,13 @@ def test_the_plan_starts_the_backend_with_the_size_chosen(tmp_path: Path) -> Non
     argv = auto.argv(port=1)
     assert argv[argv.index("--ctx-size") + 1] == "8192"
     tight = plan(-1, 200 << 20)
-    assert tight.options.ctx_size == 4352 and tight.launch_key() == auto.launch_key()
+    # The budget is the KV of every worker the backend will run (automatic: issue 47).
+    header = read_info(Path(info.checkpoint))
+    workers = auto_ctx.workers_of(s.model_options({"ctx_size": -1}), s, header)
+    expected = {1: 4352, 2: 2048}[workers]
+    assert tight.options.ctx_size == expected and tight.launch_key() == auto.launch_key()
+    tight_argv = tight.argv(port=1)
+    assert tight_argv[tight_argv.index("--workers") + 1] == str(workers)
     given = plan(8192, 24 * GIB)
     assert not given.ctx_auto and given.launch_key() != auto.launch_key()
     assert given.launch_key() == given.options.launch_key()

@@ -113,7 +113,7 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
             "model": name,
             "type": str(engine.config.type),
             "device": engine.device,
-            "workers": flags.workers,
+            "workers": engine.config.num_workers,
             "parallel": flags.parallel,
             "ctx_size": flags.ctx_size,
             "threads_batch": flags.threads_batch,
