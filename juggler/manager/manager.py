@@ -108,6 +108,7 @@ class Manager:
             self.snapshot, self._backend_status, self._post, stall_interval_s
         )
         self._monitor_interval_s = monitor_interval_s
+        self._probe_client: httpx.AsyncClient | None = None
         self._monitor: Monitor | None = None
         self._log_dir = log_dir
         self._owns_log_dir = log_dir is None
@@ -155,6 +156,8 @@ class Manager:
         if self._task is None or self._task.done():
             return
         await self._stall_watch.stop()
+        if self._probe_client is not None:
+            await self._probe_client.aclose()
         await self._ask(lambda f: m.Stop(f))
         await self._task
         if self._owns_log_dir and self._log_dir is not None:
@@ -318,12 +321,14 @@ class Manager:
         return {**dict(self._published.counters), "queued": self._published.num_queued}
 
     async def _backend_status(self, snap: ServerSnapshot) -> str | None:
-        """A backend's own word on its health (`status` of its /health), None if none."""
-        try:
-            async with httpx.AsyncClient(
+        """A backend's own word on its health (`status` of its /health), None if none.
+        One client for every probe: making one reads the CA store (tens of ms)."""
+        if self._probe_client is None:
+            self._probe_client = httpx.AsyncClient(
                 trust_env=False, timeout=5.0, auth=self.backend_auth
-            ) as client:
-                response = await client.get(snap.backend_url + "/health")
+            )
+        try:
+            response = await self._probe_client.get(snap.backend_url + "/health")
             status = response.json().get("status")
             return str(status) if status is not None else None
         except (httpx.HTTPError, ValueError, AttributeError):

@@ -385,6 +385,22 @@ class BackendPool:
             return BackendResponse(conn, self, origin)
         raise AssertionError("unreachable")
 
+    async def get_json(self, url: str, timeout_s: float) -> Any:
+        """GET `url` and parse its JSON body, within `timeout_s` (TimeoutError); a
+        non-200 answer or a body that is not JSON is ValueError."""
+
+        async def fetch() -> tuple[int, bytes]:
+            response = await self.request("GET", url)
+            try:
+                return response.status_code, await response.aread()
+            finally:
+                await response.aclose()
+
+        status, body = await asyncio.wait_for(fetch(), timeout_s)
+        if status != 200:
+            raise ValueError(f"HTTP {status} from {url}")
+        return orjson.loads(body)
+
     def close(self) -> None:
         for idle in self._idle.values():
             for conn in idle:
