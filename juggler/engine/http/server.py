@@ -249,9 +249,10 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
         return {"content": text.decode("utf-8", errors="replace")}
 
     # -- embeddings / reranking ------------------------------------------------------
+    # Issue 52: the work stops (at its next piece) once the client left.
     @app.post("/v1/embeddings")
-    async def embeddings(body: api.EmbeddingRequest) -> dict[str, Any]:
-        vecs, n_tokens = await engine.embed(body.inputs())
+    async def embeddings(body: api.EmbeddingRequest, request: Request) -> dict[str, Any]:
+        vecs, n_tokens = await unless_gone(request, engine.embed(body.inputs()))
         return {
             "object": "list",
             "model": name,
@@ -261,8 +262,8 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         }
 
-    async def rerank(body: api.RerankRequest) -> dict[str, Any]:
-        scores, n_tokens = await engine.rerank(body.query, body.documents)
+    async def rerank(body: api.RerankRequest, request: Request) -> dict[str, Any]:
+        scores, n_tokens = await unless_gone(request, engine.rerank(body.query, body.documents))
         order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
         if body.top_n is not None:
             order = order[: body.top_n]
