@@ -5,6 +5,7 @@ stops its work in the backend."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -94,3 +95,19 @@ def test_token_ids_over_the_request_bound_are_refused_before_a_backend_works(
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "input"
     assert "300000" in r.json()["error"]["message"]
+
+
+def test_the_backend_has_its_own_key_and_neither_of_the_routers(server: RunningServer) -> None:
+    """Issue 52: "every backend process [...] has `JUGGLER_API_KEY` and
+    `JUGGLER_ADMIN_API_KEY` in its environment. A backend gets only what it needs (its
+    own backend key and settings), never the router's keys"."""
+    assert embed(server, "x").status_code == 200
+    entry = next(
+        m for m in server.health()["all_models_loaded"]  # type: ignore[attr-defined]
+        if m["model_name"] == MINILM
+    )
+    raw = Path(f"/proc/{entry['pid']}/environ").read_bytes().split(b"\0")
+    env = dict(item.decode().partition("=")[::2] for item in raw if item)
+    assert backend_headers(entry["pid"])  # its own key is there
+    assert "JUGGLER_API_KEY" not in env and "JUGGLER_ADMIN_API_KEY" not in env
+    assert USER_KEY not in env.values() and "admin-key-52" not in env.values()
