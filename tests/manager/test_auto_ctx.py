@@ -9,7 +9,7 @@ from pathlib import Path
 
 from juggler.manager import Manager, auto_ctx
 from juggler.manager.auto_ctx import AUTO_CTX_FALLBACK, AUTO_CTX_MAX, auto_ctx_size
-from juggler.manager.fit import kv_bytes_per_token
+from juggler.manager.footprint import kv_bytes_per_token
 from juggler.manager.recipes import LaunchPlan, plan_launch
 from juggler.registry.gguf_meta import read_info
 from juggler.types import ModelInfo
@@ -62,8 +62,10 @@ def test_the_plan_starts_the_backend_with_the_size_chosen(tmp_path: Path) -> Non
     assert auto.ctx_auto and auto.options.ctx_size == 8192
     argv = auto.argv(port=1)
     assert argv[argv.index("--ctx-size") + 1] == "8192"
-    tight = plan(-1, 200 << 20)
-    assert tight.options.ctx_size == 4352 and tight.launch_key() == auto.launch_key()
+    # Half of 300 MiB holds the weights and about 6826 tokens of KV; the other half is
+    # for the process and the compute buffers, which the fit check counts as well.
+    tight = plan(-1, 300 << 20)
+    assert tight.options.ctx_size == 6656 and tight.launch_key() == auto.launch_key()
     given = plan(8192, 24 * GIB)
     assert not given.ctx_auto and given.launch_key() != auto.launch_key()
     assert given.launch_key() == given.options.launch_key()
