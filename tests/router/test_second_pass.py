@@ -1,0 +1,40 @@
+"""Issue 52, item 4 ("Smaller ones") on a running server with SmolLM2 (ctx 2048): each
+wrong answer the second pass on hostile callers found, now answered as it should be."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import DEFAULT_MODEL, RunningServer
+
+pytestmark = pytest.mark.slow
+
+
+def test_truncation_auto_of_eight_thousand_messages_keeps_what_fits(
+    chat_server: RunningServer,
+) -> None:
+    """Issue 52: "`truncation: "auto"` on `/v1/responses` with 8,000 messages (13.8 MB):
+    200 in 47 s, about 25 s of it rendering and tokenizing while searching for what fits.
+    Bound the search (tokenize once, drop from the count)". What is kept fits with the
+    output allowance, and is as much as fits (not just the newest item)."""
+    words = "lorem ipsum dolor sit amet " * 8
+    items: list[dict[str, Any]] = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i}: {words}"}
+        for i in range(7999)
+    ]
+    items.append({"role": "user", "content": "Say yes."})
+    body = {
+        "model": DEFAULT_MODEL,
+        "input": items,
+        "truncation": "auto",
+        "max_output_tokens": 16,
+        "store": False,
+    }
+    with chat_server.client(timeout=300) as c:
+        r = c.post("/v1/responses", json=body)
+    assert r.status_code == 200, r.text
+    used = r.json()["usage"]["input_tokens"]
+    assert used + 16 <= 2048
+    assert used > 2048 - 16 - 80, "it kept as many items as fit (one is about 60 tokens)"
