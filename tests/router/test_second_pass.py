@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.conftest import DEFAULT_MODEL, RunningServer
+from tests.conftest import DEFAULT_MODEL, RunningServer, backend_headers
 
 pytestmark = pytest.mark.slow
 
@@ -38,3 +39,39 @@ def test_truncation_auto_of_eight_thousand_messages_keeps_what_fits(
     used = r.json()["usage"]["input_tokens"]
     assert used + 16 <= 2048
     assert used > 2048 - 16 - 80, "it kept as many items as fit (one is about 60 tokens)"
+
+
+def backend_stats(server: RunningServer, model: str = DEFAULT_MODEL) -> dict[str, Any]:
+    entry = next(
+        m for m in server.health()["all_models_loaded"]  # type: ignore[attr-defined]
+        if m["model_name"] == model
+    )
+    r = httpx.get(entry["backend_url"] + "/stats", headers=backend_headers(entry["pid"]))
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def test_count_tokens_counts_with_the_template_and_tokenizer_alone(
+    chat_server: RunningServer,
+) -> None:
+    """Issue 52: "`/v1/messages/count_tokens` runs a full prefill (3,830 tokens: 21-22 s
+    of both cores). Count with the template and the tokenizer alone". The count is what
+    the same messages then take (`usage.input_tokens`), and the backend ran nothing."""
+    body = {
+        "model": DEFAULT_MODEL,
+        "system": "You are terse.",
+        "messages": [{"role": "user", "content": "Tell me about bees. " * 300}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+    }
+    with chat_server.client() as c:
+        before = backend_stats(chat_server)
+        r = c.post("/v1/messages/count_tokens", json=body)
+        assert r.status_code == 200, r.text
+        counted = r.json()["input_tokens"]
+        after = backend_stats(chat_server)
+        assert after["decode_calls_total"] == before["decode_calls_total"], "no decode ran"
+        assert after["requests_finished_total"] == before["requests_finished_total"]
+        used = c.post("/v1/messages", json={**body, "max_tokens": 1}).json()["usage"]
+    assert counted > 1000 and counted == used["input_tokens"] + used.get(
+        "cache_read_input_tokens", 0
+    )

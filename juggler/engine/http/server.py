@@ -38,7 +38,7 @@ from juggler.engine.http.response_store import ResponseStore
 from juggler.engine.http.streaming import stream, unless_gone
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
-from juggler.engine.structured.tools import ToolCaps, template_caps
+from juggler.engine.structured.tools import ToolCaps, chat_messages, template_caps, tool_plan
 from juggler.errors import BadRequest, EngineError, JugglerError, Unauthorized, render
 from juggler.options import bad_request_of
 
@@ -160,6 +160,19 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: api.ChatRequest, request: Request) -> Any:
         return await openai_routes.chat(engine, caps, body, request)
+
+    @app.post("/internal/chat_tokens")
+    async def chat_tokens(body: api.ChatRequest) -> dict[str, int]:
+        """Issue 52: the prompt tokens of a chat, from the template and the tokenizer
+        alone (no prefill): Anthropic's count_tokens. The same rendering a chat gets."""
+        engine.require_llm()
+
+        def count() -> int:
+            plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
+            messages, tools = chat_messages(body.messages, plan, caps)
+            return len(openai_routes.render(engine, messages, tools))
+
+        return {"prompt_tokens": await run_in_threadpool(count)}
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: api.CompletionRequest, request: Request) -> Any:
