@@ -111,3 +111,21 @@ def test_the_backend_has_its_own_key_and_neither_of_the_routers(server: RunningS
     assert backend_headers(entry["pid"])  # its own key is there
     assert "JUGGLER_API_KEY" not in env and "JUGGLER_ADMIN_API_KEY" not in env
     assert USER_KEY not in env.values() and "admin-key-52" not in env.values()
+
+
+def test_ollama_dimensions_true_and_out_of_range_are_refused_before_any_work(
+    server: RunningServer,
+) -> None:
+    """Issue 52: "`/api/embed` `"dimensions": true` gives 1-dimensional vectors: 400. An
+    out-of-range `dimensions` is refused only after the embedding was computed: refuse it
+    first"."""
+    assert embed(server, "loaded").status_code == 200
+    before = backend_stats(server)["decode_calls_total"]
+    with server.client() as c:
+        for dims in (True, 385, 0, 1.5):
+            r = c.post("/api/embed", json={"model": MINILM, "input": "x", "dimensions": dims})
+            assert r.status_code == 400, (dims, r.text)
+            assert "dimensions" in r.json()["error"]
+        assert backend_stats(server)["decode_calls_total"] == before, "nothing was embedded"
+        r = c.post("/api/embed", json={"model": MINILM, "input": "x", "dimensions": 384})
+        assert r.status_code == 200 and len(r.json()["embeddings"][0]) == 384

@@ -75,3 +75,19 @@ def test_count_tokens_counts_with_the_template_and_tokenizer_alone(
     assert counted > 1000 and counted == used["input_tokens"] + used.get(
         "cache_read_input_tokens", 0
     )
+
+
+@pytest.mark.parametrize("route", ["/api/chat", "/api/generate"])
+def test_ollama_keep_alive_true_is_refused(chat_server: RunningServer, route: str) -> None:
+    """Issue 52: "Ollama `keep_alive: true` is read as 1 s (Ollama refuses a boolean):
+    400"."""
+    body: dict[str, Any] = {"model": DEFAULT_MODEL, "keep_alive": True, "stream": False}
+    if route == "/api/chat":
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    with chat_server.client() as c:
+        r = c.post(route, json=body)
+        assert r.status_code == 400, r.text
+        assert "keep_alive" in r.json()["error"]
+        assert c.post(route, json={**body, "keep_alive": "5m"}).status_code == 200

@@ -72,6 +72,16 @@ def _too_long(response: Response) -> bool:
     return isinstance(err, dict) and err.get("code") == ContextOverflow.code
 
 
+async def vector_size(state: RouterState, model: str) -> int | None:
+    """The length of `model`'s embeddings, from its GGUF header (None: not known before
+    it is loaded), so that `dimensions` is checked before anything is computed."""
+    facts = await asyncio.to_thread(file_facts, state.registry.get(model))
+    if facts.gguf is None:
+        return None
+    size = facts.gguf.metadata.get(f"{facts.gguf.architecture}.embedding_length")
+    return size if isinstance(size, int) and size > 0 else None
+
+
 async def _limit(state: RouterState, model: str) -> int:
     ctx = int(current_options(state, model).get("ctx_size") or state.settings.ctx_size)
     facts = await asyncio.to_thread(file_facts, state.registry.get(model))

@@ -28,7 +28,7 @@ from juggler.router.core.relay import read_whole, translated
 from juggler.router.ollama import embed_rules as oe
 from juggler.router.ollama import wire as ol
 from juggler.router.ollama.answer import OllamaAnswer, backend_error
-from juggler.router.ollama.embed import embed_texts
+from juggler.router.ollama.embed import embed_texts, vector_size
 from juggler.router.ollama.options import OllamaRequestOptions
 from juggler.router.ollama.request import (
     chat_request,
@@ -159,6 +159,10 @@ async def embed(request: Request) -> dict[str, Any]:
     else:
         texts = list(body.input)
     truncate = body.truncate is not False
+    if body.dimensions is not None:  # issue 52: refused before anything is computed
+        size = await vector_size(state, model)
+        if size is not None:
+            oe.check_dimensions(body.dimensions, size)
     vectors, n_tokens = await _embed(request, model, texts, body, truncate)
     if vectors:
         oe.check_dimensions(body.dimensions, len(vectors[0]))
