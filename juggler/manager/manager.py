@@ -335,9 +335,9 @@ class Manager:
         """lemonade.md's `resolved_ctx_size` (`LoadPlanner.resolved_ctx_size`)."""
         return await self.plans.resolved_ctx_size(model_name, options)
 
-    async def check_options(self, model_name: str, options: ModelOptions) -> None:
+    async def check_options(self, model: str | ModelInfo, options: ModelOptions) -> None:
         """A load's checks on `options`, nothing loaded (`LoadPlanner.check`)."""
-        await self.plans.check(model_name, options)
+        await self.plans.check(model, options)
 
     async def _prepare(self, model_name: str, options: ModelOptions) -> LaunchPlan:
         return await self.plans.prepare(model_name, options)

@@ -61,22 +61,23 @@ class LoadPlanner:
         self._resolve = resolve
         self._pids = backend_pids
 
-    async def prepare(self, model_name: str, options: ModelOptions) -> LaunchPlan:
-        """The plan of a load; raises what `plan_launch` raises (BadRequest names the
-        option, CheckpointMissing / RecipeNotInstalled, Forbidden) and ModelNotFound."""
-        info = self._registry.get(model_name)
+    async def prepare(self, model: str | ModelInfo, options: ModelOptions) -> LaunchPlan:
+        """The plan of a load of `model` (a name, or a model not registered yet); raises
+        what `plan_launch` raises (BadRequest names the option, CheckpointMissing /
+        RecipeNotInstalled, Forbidden) and ModelNotFound."""
+        info = self._registry.get(model) if isinstance(model, str) else model
         resolve = self._resolve or _default_resolver()
         memory = await asyncio.to_thread(load_memory_bytes, self._pids())
         return await asyncio.to_thread(
             plan_launch, info, options, self._settings(), resolve, memory_bytes=memory
         )
 
-    async def check(self, model_name: str, options: ModelOptions) -> None:
+    async def check(self, model: str | ModelInfo, options: ModelOptions) -> None:
         """A load's checks on `options` without loading anything: BadRequest names the
         value. A checkpoint not on disk yet, or a recipe not installed, is no reason to
         refuse to save options."""
         with contextlib.suppress(CheckpointMissing):
-            await self.prepare(model_name, options)
+            await self.prepare(model, options)
 
     async def resolved_ctx_size(self, model_name: str, options: ModelOptions) -> int:
         """lemonade.md's `resolved_ctx_size`: "The context size a load right now would

@@ -43,7 +43,8 @@ def test_truncation_auto_of_eight_thousand_messages_keeps_what_fits(
 
 def backend_stats(server: RunningServer, model: str = DEFAULT_MODEL) -> dict[str, Any]:
     entry = next(
-        m for m in server.health()["all_models_loaded"]  # type: ignore[attr-defined]
+        m
+        for m in server.health()["all_models_loaded"]  # type: ignore[attr-defined]
         if m["model_name"] == model
     )
     r = httpx.get(entry["backend_url"] + "/stats", headers=backend_headers(entry["pid"]))
@@ -91,3 +92,35 @@ def test_ollama_keep_alive_true_is_refused(chat_server: RunningServer, route: st
         assert r.status_code == 400, r.text
         assert "keep_alive" in r.json()["error"]
         assert c.post(route, json={**body, "keep_alive": "5m"}).status_code == 200
+
+
+def test_ollama_create_refuses_what_no_load_could_take_itself_and_case_twins(
+    chat_server: RunningServer,
+) -> None:
+    """Issue 52: "`/api/create` with `parameters.num_ctx: 1048576` is 200, then every use
+    of the model is a 400: refuse at create. A model created `from` itself is 200:
+    refuse. `M1` and `m1` become two models: names compare as Ollama compares them"."""
+    create = {"from": DEFAULT_MODEL, "stream": False}
+    with chat_server.client() as c:
+        r = c.post(
+            "/api/create", json={**create, "model": "big", "parameters": {"num_ctx": 1 << 20}}
+        )
+        assert r.status_code == 400, r.text
+        assert "parameters.num_ctx" in r.json()["error"]
+        r = c.post(
+            "/api/create", json={**create, "model": "big", "parameters": {"num_thread": 512}}
+        )
+        assert r.status_code == 400 and "parameters.num_thread" in r.json()["error"], r.text
+        names = [m["name"] for m in c.get("/api/tags").json()["models"]]
+        assert not any(n.startswith("big") for n in names), "nothing was registered"
+        r = c.post("/api/create", json={**create, "model": "m1", "parameters": {"num_ctx": 512}})
+        assert r.status_code == 200, r.text
+        r = c.post("/api/create", json={"model": "M1", "from": "m1", "stream": False})
+        assert r.status_code == 400 and r.json()["error"].startswith("from"), r.text
+        r = c.post("/api/create", json={**create, "model": "M1", "parameters": {"num_ctx": 1024}})
+        assert r.status_code == 200, r.text
+        names = [m["name"] for m in c.get("/api/tags").json()["models"]]
+        assert [n for n in names if n.lower().startswith("m1")] == ["m1:latest"], names
+        shown = c.get("/api/v1/models/m1").json()
+        assert shown["recipe_options"] == {"ctx_size": 1024}, "M1 updated m1"
+        assert c.request("DELETE", "/api/delete", json={"model": "m1"}).status_code == 200
