@@ -3,6 +3,7 @@ wrong answer the second pass on hostile callers found, now answered as it should
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -124,3 +125,84 @@ def test_ollama_create_refuses_what_no_load_could_take_itself_and_case_twins(
         shown = c.get("/api/v1/models/m1").json()
         assert shown["recipe_options"] == {"ctx_size": 1024}, "M1 updated m1"
         assert c.request("DELETE", "/api/delete", json={"model": "m1"}).status_code == 200
+
+
+SPROUTS = "🌱🌱"  # three tokens each for SmolLM2: F0 9F | 8C | B1
+SCHEMA = {"type": "string", "enum": [SPROUTS]}
+
+
+def sse_text(r: httpx.Response, pick: Any) -> str:
+    out = []
+    for raw in r.iter_lines():
+        if raw.startswith("data: ") and raw != "data: [DONE]":
+            out.append(pick(json.loads(raw[6:])) or "")
+    return "".join(out)
+
+
+def ndjson_text(r: httpx.Response, pick: Any) -> str:
+    return "".join(pick(json.loads(raw)) or "" for raw in r.iter_lines() if raw.strip())
+
+
+def texts_cut_at(c: httpx.Client, n: int) -> dict[str, str]:
+    """What each dialect answers, streamed and not, when `n` tokens of 🌱🌱 are allowed."""
+    user = [{"role": "user", "content": "Two sprouts, please."}]
+    chat = {
+        "model": DEFAULT_MODEL,
+        "messages": user,
+        "max_tokens": n,
+        "grammar": f'root ::= "{SPROUTS}"',
+    }
+    anthropic = {
+        "model": DEFAULT_MODEL,
+        "messages": user,
+        "max_tokens": n,
+        "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}},
+    }
+    ollama = {
+        "model": DEFAULT_MODEL,
+        "messages": user,
+        "format": SCHEMA,
+        "options": {"num_predict": n, "temperature": 0},
+    }
+    got = {}
+    got["openai"] = c.post("/v1/chat/completions", json=chat).json()["choices"][0]["message"][
+        "content"
+    ]
+    with c.stream("POST", "/v1/chat/completions", json={**chat, "stream": True}) as r:
+        got["openai stream"] = sse_text(
+            r, lambda d: d["choices"][0]["delta"].get("content") if d.get("choices") else ""
+        )
+    comp = {
+        "model": DEFAULT_MODEL,
+        "prompt": "Sprouts:",
+        "max_tokens": n,
+        "grammar": chat["grammar"],
+    }
+    got["completions"] = c.post("/v1/completions", json=comp).json()["choices"][0]["text"]
+    blocks = c.post("/v1/messages", json=anthropic).json()["content"]
+    got["anthropic"] = "".join(b.get("text", "") for b in blocks)
+    with c.stream("POST", "/v1/messages", json={**anthropic, "stream": True}) as r:
+        got["anthropic stream"] = sse_text(r, lambda d: d.get("delta", {}).get("text"))
+    got["ollama"] = c.post("/api/chat", json={**ollama, "stream": False}).json()["message"][
+        "content"
+    ]
+    with c.stream("POST", "/api/chat", json=ollama) as r:
+        got["ollama stream"] = ndjson_text(r, lambda d: d.get("message", {}).get("content"))
+    return got
+
+
+def test_a_character_cut_by_max_tokens_is_held_back_in_every_dialect(
+    chat_server: RunningServer,
+) -> None:
+    """Issue 52: "When `max_tokens` cuts a character in half the text ends in U+FFFD:
+    Anthropic with `max_tokens` 1 or 2 and an emoji answer gave `"�"`, at 4 `"🌱�"`;
+    OpenAI chat at `max_tokens` 1 gave `"�"` too. Hold incomplete UTF-8 back in every
+    dialect, streamed and not (what the client receives is whole characters)."""
+    with chat_server.client() as c:
+        for n in (1, 2, 4, 5):
+            for where, text in texts_cut_at(c, n).items():
+                assert "\ufffd" not in text, (n, where, text)
+                bare = text.strip('"')
+                assert SPROUTS.startswith(bare), (n, where, text)
+                if where.startswith(("openai", "completions")):  # no quote before the emoji
+                    assert bare == ("🌱" if n >= 3 else ""), (n, where, text)
