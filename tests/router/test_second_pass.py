@@ -206,3 +206,35 @@ def test_a_character_cut_by_max_tokens_is_held_back_in_every_dialect(
                 assert SPROUTS.startswith(bare), (n, where, text)
                 if where.startswith(("openai", "completions")):  # no quote before the emoji
                     assert bare == ("🌱" if n >= 3 else ""), (n, where, text)
+
+
+def test_a_forced_tool_call_cut_by_max_tokens_is_no_call(chat_server: RunningServer) -> None:
+    """Issue 52: "Anthropic with a forced tool (`tool_choice` "any") cut by `max_tokens`
+    returned a text block holding the raw `{"name": "f", "arguments": {"` once, and a
+    `tool_use` with `input: {}` missing a required field another time. Answer as
+    Anthropic does (`stop_reason: max_tokens`, no half-parsed tool input presented as a
+    call)". Every cut of the call, streamed or not: the message says `max_tokens`, and
+    what it holds as a call has its whole input."""
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+    }
+    body = {
+        "model": DEFAULT_MODEL,
+        "tools": [{"name": "f", "description": "Weather of a city", "input_schema": schema}],
+        "tool_choice": {"type": "any"},
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "Weather in Paris for 3 days?"}],
+    }
+    seen_whole = False
+    with chat_server.client() as c:
+        for n in (*range(1, 30, 3), 40, 60, 90):
+            message = c.post("/v1/messages", json={**body, "max_tokens": n}).json()
+            for block in message["content"]:
+                assert block["type"] == "tool_use", (n, message)
+                assert set(block["input"]) == {"city", "days"}, (n, message)
+            cut = message["usage"]["output_tokens"] >= n
+            assert message["stop_reason"] == ("max_tokens" if cut else "tool_use"), (n, message)
+            seen_whole = seen_whole or bool(message["content"])
+    assert seen_whole, "some max_tokens let the call finish"
