@@ -238,3 +238,37 @@ def test_a_forced_tool_call_cut_by_max_tokens_is_no_call(chat_server: RunningSer
             assert message["stop_reason"] == ("max_tokens" if cut else "tool_use"), (n, message)
             seen_whole = seen_whole or bool(message["content"])
     assert seen_whole, "some max_tokens let the call finish"
+
+
+def test_anthropic_empty_content_names_it_and_an_empty_text_block_is_refused(
+    chat_server: RunningServer,
+) -> None:
+    """Issue 52: "Anthropic `content: []` names `messages` instead of
+    `messages.0.content`; an empty text block is accepted where Anthropic refuses it"."""
+    base = {"model": DEFAULT_MODEL, "max_tokens": 4}
+    cases = [
+        ([{"role": "user", "content": []}], "messages.0.content"),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": ""}]}],
+            "messages.0.content.0.text",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+                {"role": "user", "content": "again"},
+            ],
+            "messages.1.content.0.text",
+        ),
+    ]
+    with chat_server.client() as c:
+        for messages, field in cases:
+            for path, body in (
+                ("/v1/messages", {**base, "messages": messages}),
+                ("/v1/messages/count_tokens", {"model": DEFAULT_MODEL, "messages": messages}),
+            ):
+                r = c.post(path, json=body)
+                assert r.status_code == 400, (path, r.text)
+                error = r.json()["error"]
+                assert error["type"] == "invalid_request_error"
+                assert error["message"].startswith(field + ":"), (field, error)
