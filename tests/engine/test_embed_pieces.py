@@ -122,6 +122,23 @@ def test_several_abandoned_requests_all_stop(backend: Backend) -> None:
         assert c.post("/v1/embeddings", json={"input": "x"}).status_code == 200
 
 
+def test_a_one_word_embedding_goes_ahead_of_every_large_request(backend: Backend) -> None:
+    """Issue 52: "Four requests of 128 x 512 ids [...] made a later one-word embedding
+    wait 74.7 s". A one-piece request runs next, ahead of the pieces of the large ones
+    still waiting: only the piece already running goes before it."""
+    socks = [send_raw(backend.url, "/v1/embeddings", {"input": BIG[:128]}, {}) for _ in range(4)]
+    try:
+        wait_until("all four run", lambda: stats(backend)["requests_running"] == 4)
+        before = stats(backend)["decode_calls_total"]
+        with backend.client() as c:
+            assert c.post("/v1/embeddings", json={"input": "hello"}).status_code == 200
+        assert stats(backend)["decode_calls_total"] - before <= 3, "running piece, its own"
+    finally:
+        for s in socks:
+            s.close()
+    wait_until("they stop", lambda: stats(backend)["requests_running"] == 0)
+
+
 def test_a_rerank_whose_client_left_stops(
     rerank_gguf: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

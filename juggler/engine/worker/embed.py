@@ -9,9 +9,11 @@ decode. Each input must fit in the context (`context_length_exceeded` otherwise)
 
 Issue 52: a request is worked through in pieces, one decode of at most a context's
 worth of its inputs (`group_inputs`), and the requests the worker holds take turns, one
-piece each (`EmbedJob`s in a round-robin queue): a one-word embedding waits for at most
-one piece of each other request, however large they are. A request whose caller left
-(its `Abandon` set by the engine) is dropped before its next piece.
+piece each (`EmbedJob`s in a round-robin queue). A request of one piece goes ahead of
+the longer ones (behind the other one-piece requests): a one-word embedding waits for
+the piece that is running and the short requests before it, however many large ones
+there are; a large one waits only while short ones keep coming. A request whose caller
+left (its `Abandon` set by the engine) is dropped before its next piece.
 
 Runs only on its own thread; `submit()` may be called from any thread, answers arrive on
 each command's future. It works on llama.cpp's native objects directly: pooled
@@ -196,27 +198,31 @@ class EmbedWorker(OwnerThread):
         """Check every input fits one decode (all before any work), then queue the job."""
         n_batch = self.ctx.n_batch
         if len(self._jobs) >= self.config.max_waiting:
-            self.outbox.reject(
-                cmd.reply, TooManyRequests(f"{len(self._jobs)} embedding requests are queued")
-            )
-            return
+            why: JugglerError = TooManyRequests(f"{len(self._jobs)} embedding requests are queued")
+            return self._refuse(cmd, why)
         for i, toks in enumerate(cmd.inputs):
             if not toks:
-                self.outbox.reject(cmd.reply, BadRequest(f"input {i} is empty", param="input"))
-                return
+                return self._refuse(cmd, BadRequest(f"input {i} is empty", param="input"))
             if len(toks) > n_batch:
-                self.outbox.reject(
-                    cmd.reply,
-                    ContextOverflow(
-                        f"input {i} has {len(toks)} tokens; this model takes at most {n_batch}"
-                    ),
+                why = ContextOverflow(
+                    f"input {i} has {len(toks)} tokens; this model takes at most {n_batch}"
                 )
-                return
+                return self._refuse(cmd, why)
         groups = group_inputs(
             [len(t) for t in cmd.inputs], max_seqs=self.ctx.n_seq_max, max_tokens=n_batch
         )
-        self._jobs.append(EmbedJob(cmd, groups, out=[[] for _ in cmd.inputs]))
+        job = EmbedJob(cmd, groups, out=[[] for _ in cmd.inputs])
+        if len(groups) == 1:  # one piece: after the other one-piece jobs, before the rest
+            at = next((i for i, j in enumerate(self._jobs) if len(j.groups) > 1), len(self._jobs))
+            self._jobs.insert(at, job)
+        else:
+            self._jobs.append(job)
         self.progress_at = time.monotonic()
+        return None
+
+    def _refuse(self, cmd: Embed | Rerank, error: JugglerError) -> None:
+        self.outbox.reject(cmd.reply, error)
+        self._done(EmbedJob(cmd, []))  # the master counts it done
 
     def _drop_abandoned(self) -> None:
         if any(j.cmd.abandon.is_set for j in self._jobs):
