@@ -47,10 +47,9 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import (  # noqa: E402
+from bench_engine import (
     BIN,
     Server,
-    children,
     cpu_seconds,
     free_port,
     settle,
@@ -59,8 +58,8 @@ from bench_engine import (  # noqa: E402
     text_of,
     wait_ready,
 )
-from loadgen import run_burst  # noqa: E402
-from random_gguf import tiny_host_bound  # noqa: E402
+from loadgen import run_burst
+from random_gguf import tiny_host_bound
 
 ADMIN = "bench-host-admin"
 NAME = "user.host-bench"
