@@ -433,3 +433,13 @@ def test_x_api_key_carries_the_api_key_and_the_admin_key(app_client: TestClient)
     assert app_client.get("/internal/config", headers={"x-api-key": "boss"}).status_code == 200
     r = app_client.get("/v1/models")
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_an_empty_string_content_is_still_one_text_block() -> None:
+    """Issue 52 refuses an empty text *block*; a string content stays as it was (the fuzz
+    run found that building its block checked it again: a 500)."""
+    body = validated(
+        MessagesRequest,
+        {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": ""}]},
+    )
+    assert chat_body(body)["messages"][-1]["role"] == "user"
