@@ -42,7 +42,7 @@ from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotInstalled
 from juggler.manager import auto_ctx
 from juggler.manager.auto_ctx import header_of
-from juggler.manager.fit import check_fit, host_memory_bytes
+from juggler.manager.fit import available_memory_bytes, check_fit, check_threads
 from juggler.options import AUTO_CTX, EngineFlags, ModelOptions
 from juggler.registry.gguf_meta import GgufInfo
 from juggler.types import Device, ModelInfo, ModelType
@@ -275,19 +275,19 @@ def _command_template(info: ModelInfo) -> tuple[str, ...]:
 
 
 def _check_fit(
-    header: GgufInfo | None, info: ModelInfo, flags: EngineFlags, memory_bytes: int | None
+    header: GgufInfo | None,
+    info: ModelInfo,
+    flags: EngineFlags,
+    memory_bytes: int | None,
+    *,
+    on_gpu: bool,
 ) -> None:
-    """`fit.check_fit` from the file's header (a file that is not GGUF is left to the
-    engine to refuse); `memory_bytes` None: not a CPU load."""
+    """`fit.check_threads`, then `fit.check_fit` from the file's header (a file that is
+    not GGUF is left to the engine to refuse)."""
+    check_threads(flags, len(allowed_cpus()))
     if header is None:
         return
-    check_fit(
-        header,
-        ctx_size=flags.ctx_size,
-        workers=flags.workers,
-        is_llm=info.type is ModelType.LLM,
-        memory_bytes=memory_bytes,
-    )
+    check_fit(header, flags, info.type, memory_bytes=memory_bytes, on_gpu=on_gpu)
 
 
 def plan_launch(
@@ -299,14 +299,15 @@ def plan_launch(
     memory_bytes: int | None = None,
 ) -> LaunchPlan:
     """Check the recipe is installed, the checkpoint is on disk and a llama.cpp load can
-    fit (`fit`: in `memory_bytes`, the host's memory when None), and build the plan. An
-    automatic `ctx_size` (-1) is sized here (`auto_ctx`), from the same header and memory.
+    fit (`fit`: in `memory_bytes`, the host memory this load can have; the memory
+    available now when None), and build the plan. An automatic `ctx_size` (-1) is sized
+    here (`auto_ctx`), from the same header and memory.
 
     Blocks on file-system checks only (run it off the event loop if `resolve` is slow).
     Raises RecipeNotInstalled or CheckpointMissing (both missing-file class), or
     BadRequest for a `command` template that cannot be parsed or a load that cannot fit."""
     if memory_bytes is None:
-        memory_bytes = host_memory_bytes()
+        memory_bytes = available_memory_bytes()
     recipe = recipe_for(info.recipe)
     if recipe.name == "command":
         if not settings.allow_command_recipes:
@@ -345,7 +346,15 @@ def plan_launch(
         host = memory_bytes if device is Device.CPU else None
         sized = auto_ctx.resolved(options, header, settings, memory_bytes=host)
         flags = _engine_flags(sized, settings, header, info)
-        _check_fit(header, info, flags, host)
+        on_gpu = device is not Device.CPU
+        try:
+            _check_fit(header, info, flags, memory_bytes, on_gpu=on_gpu)
+        except BadRequest:
+            if flags.workers == 1 or auto_ctx.requested_workers(sized, settings) != 0:
+                raise
+            # Automatic workers: one context where a second would not fit.
+            flags = flags.model_copy(update={"workers": 1})
+            _check_fit(header, info, flags, memory_bytes, on_gpu=on_gpu)
         return LaunchPlan(
             info,
             model_path,

@@ -39,7 +39,7 @@ from juggler.engine.http.response_store import ResponseStore
 from juggler.engine.http.streaming import stream, unless_gone
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
-from juggler.engine.structured.tools import ToolCaps, template_caps
+from juggler.engine.structured.tools import ToolCaps, chat_messages, template_caps, tool_plan
 from juggler.errors import BadRequest, EngineError, JugglerError, Unauthorized, render
 from juggler.options import bad_request_of
 
@@ -166,6 +166,19 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
         inline = is_small(raw, body.grammar, body.json_schema)
         return await openai_routes.completions(engine, body, request, inline=inline)
 
+    @app.post("/internal/chat_tokens")
+    async def chat_tokens(body: api.ChatRequest) -> dict[str, int]:
+        """Issue 52: the prompt tokens of a chat, from the template and the tokenizer
+        alone (no prefill): Anthropic's count_tokens. The same rendering a chat gets."""
+        engine.require_llm()
+
+        def count() -> int:
+            plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
+            messages, tools = chat_messages(body.messages, plan, caps)
+            return len(openai_routes.render(engine, messages, tools))
+
+        return {"prompt_tokens": await run_in_threadpool(count)}
+
     # -- the Responses API -----------------------------------------------------------
     store = ResponseStore(engine.end_session, cell_budget=engine.config.flags.ctx_size // 2)
 
@@ -250,9 +263,10 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
         return {"content": text.decode("utf-8", errors="replace")}
 
     # -- embeddings / reranking ------------------------------------------------------
+    # Issue 52: the work stops (at its next piece) once the client left.
     @app.post("/v1/embeddings")
-    async def embeddings(body: api.EmbeddingRequest) -> dict[str, Any]:
-        vecs, n_tokens = await engine.embed(body.inputs())
+    async def embeddings(body: api.EmbeddingRequest, request: Request) -> dict[str, Any]:
+        vecs, n_tokens = await unless_gone(request, engine.embed(body.inputs()))
         return {
             "object": "list",
             "model": name,
@@ -262,8 +276,8 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         }
 
-    async def rerank(body: api.RerankRequest) -> dict[str, Any]:
-        scores, n_tokens = await engine.rerank(body.query, body.documents)
+    async def rerank(body: api.RerankRequest, request: Request) -> dict[str, Any]:
+        scores, n_tokens = await unless_gone(request, engine.rerank(body.query, body.documents))
         order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
         if body.top_n is not None:
             order = order[: body.top_n]
