@@ -47,10 +47,9 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import (  # noqa: E402
+from bench_engine import (
     BIN,
     Server,
-    children,
     cpu_seconds,
     free_port,
     settle,
@@ -59,8 +58,8 @@ from bench_engine import (  # noqa: E402
     text_of,
     wait_ready,
 )
-from loadgen import run_burst  # noqa: E402
-from random_gguf import tiny_host_bound  # noqa: E402
+from loadgen import run_burst
+from random_gguf import tiny_host_bound
 
 ADMIN = "bench-host-admin"
 NAME = "user.host-bench"
@@ -100,7 +99,9 @@ def start_llama(model: Path, parallel: int, ctx: int, extra: str = "") -> System
     return System("llama-server", s.url, "tiny", [s], {"llama-server": proc.pid})
 
 
-def start_router(model: Path, parallel: int, ctx: int) -> System:
+def start_router(
+    model: Path, parallel: int, ctx: int, extra: str = "", name: str = "juggler"
+) -> System:
     home = Path(tempfile.mkdtemp(prefix="bench-host-"))
     port = free_port()
     cmd = [
@@ -115,21 +116,22 @@ def start_router(model: Path, parallel: int, ctx: int) -> System:
         pull = {"model_name": NAME, "checkpoint": str(model), "recipe": "llamacpp"}
         r = c.post("/api/v1/pull", json=pull)
         assert r.status_code == 200, r.text
-        load = {"model_name": NAME, "ctx_size": ctx, "llamacpp_args": f"--parallel {parallel}"}
+        args = f"--parallel {parallel} {extra}".strip()
+        load = {"model_name": NAME, "ctx_size": ctx, "llamacpp_args": args}
         r = c.post("/api/v1/load", json=load)
         assert r.status_code == 200, r.text
         health = c.get("/api/v1/health").json()
     backend = next(int(m["pid"]) for m in health["all_models_loaded"] if m.get("pid"))
     shutil.rmtree(home, ignore_errors=True)  # the router keeps what it opened
-    return System("juggler", s.url, NAME, [s], {"router": proc.pid, "backend": backend})
+    return System(name, s.url, NAME, [s], {"router": proc.pid, "backend": backend})
 
 
-def start_direct(model: Path, parallel: int, ctx: int) -> System:
+def start_direct(model: Path, parallel: int, ctx: int, extra: str = "") -> System:
     port = free_port()
     cmd = [
         sys.executable, "-m", "juggler.engine", "--model-path", str(model),
-        "--model-name", "tiny", "--port", str(port), "--threads", "2",
-        "--parallel", str(parallel), "--ctx-size", str(ctx), "--log-level", "warning",
+        "--model-name", "tiny", "--port", str(port), "--parallel", str(parallel),
+        "--ctx-size", str(ctx), "--log-level", "warning", *extra.split(),
     ]  # fmt: skip
     proc, log = start(cmd, "backend")
     s = Server("juggler-direct", proc, f"http://127.0.0.1:{port}", None, log)
@@ -175,9 +177,7 @@ class Measured:
     cpu_us: dict[str, float]
 
 
-def burst(
-    system: System, level: int, n_new: int, stream: bool, seed: int, target: int
-) -> Measured:
+def burst(system: System, level: int, n_new: int, stream: bool, seed: int, target: int) -> Measured:
     rng = random.Random(seed)
     work = bodies(level, n_new, stream, system.model_field, rng, target)
     before = {k: cpu_seconds(p) for k, p in system.pids.items()}
@@ -271,6 +271,12 @@ def main() -> None:
     ap.add_argument("--no-llama", action="store_true", help="leave llama-server out")
     ap.add_argument("--llama-args", default="", help="more llama-server flags")
     ap.add_argument("--no-juggler", action="store_true", help="leave Juggler's router out")
+    ap.add_argument("--engine-args", default="", help="more engine flags for Juggler")
+    ap.add_argument(
+        "--vs-args",
+        default=None,
+        help="also a second Juggler router with these engine flags instead (A/B)",
+    )
     ap.add_argument("--model", choices=["tiny", "smol"], default="tiny")
     ap.add_argument("--target", type=int, default=4096, help="tokens a burst, at least")
     ap.add_argument("--parallel", type=int, default=PARALLEL)
@@ -285,9 +291,13 @@ def main() -> None:
     try:
         starters: list[Callable[[], System | None]] = []
         if not args.no_juggler:
-            starters.append(lambda: start_router(model, args.parallel, CTX))
+            starters.append(lambda: start_router(model, args.parallel, CTX, args.engine_args))
+        if args.vs_args is not None:
+            starters.append(
+                lambda: start_router(model, args.parallel, CTX, args.vs_args, "juggler-B")
+            )
         if args.direct:
-            starters.append(lambda: start_direct(model, args.parallel, CTX))
+            starters.append(lambda: start_direct(model, args.parallel, CTX, args.engine_args))
         if not args.no_llama:
             starters.append(lambda: start_llama(model, args.parallel, CTX, args.llama_args))
         for make in starters:

@@ -5,7 +5,7 @@
 
 1. Memory per cell, as llama.cpp allocates it: a context of `--ctx` cells at each type,
    both keys and values (`cache_type_k` = `cache_type_v`); llama.cpp's own "KV buffer
-   size" line divided by the cells, next to `fit.kv_bytes_per_token`, what Juggler's fit
+   size" line divided by the cells, next to `footprint.kv_bytes_per_token`, what Juggler's fit
    check and automatic sizing count.
 2. Tokens a second through Juggler's backend (`python -m juggler.engine --cache-type-k T
    --cache-type-v T`, one thread, speculation off so that only the cache differs): one
@@ -40,7 +40,7 @@ from bench_engine import cpu_seconds, smol_path, start_juggler, text_of
 from juggler.engine.llama.native import Model
 from juggler.engine.llama.ports import ContextParams
 from juggler.kv_cache import KV_TYPES
-from juggler.manager.fit import kv_bytes_per_token
+from juggler.manager.footprint import kv_bytes_per_token
 from juggler.registry.gguf_meta import read_info
 
 

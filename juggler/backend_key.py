@@ -10,14 +10,18 @@ backend the URL names.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import secrets
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import httpx
 
 ENV = "JUGGLER_BACKEND_KEY"
+#: Seconds a backend keeps an idle connection of the router's open (the router's pool,
+#: `router.core.backend_http`, drops its idle ones sooner).
+BACKEND_KEEP_ALIVE_S = 60
 HEADER = "x-juggler-backend-key"
 
 
@@ -30,6 +34,12 @@ def key_matches(given: str | None, key: str) -> bool:
 
 
 def _origin(url: httpx.URL | str) -> str:
+    return _origin_of(str(url))
+
+
+@functools.lru_cache(maxsize=1024)
+def _origin_of(url: str) -> str:
+    """Asked for every forwarded request: a URL is parsed once."""
     u = httpx.URL(url)
     return f"{u.scheme}://{u.host}:{u.port}"
 
@@ -53,6 +63,18 @@ class BackendKeys:
     def for_url(self, url: httpx.URL | str) -> str | None:
         with self._lock:
             return self._keys.get(_origin(url))
+
+
+def backend_headers(auth: httpx.Auth | None) -> Callable[[str], dict[str, str]]:
+    """The headers a request to a backend URL carries: its key, with `auth` a
+    `BackendAuth` (none without one: backends started without keys, in tests)."""
+    keys = auth.keys if isinstance(auth, BackendAuth) else None
+
+    def headers_for(url: str) -> dict[str, str]:
+        key = keys.for_url(url) if keys is not None else None
+        return {HEADER: key} if key is not None else {}
+
+    return headers_for
 
 
 class BackendAuth(httpx.Auth):

@@ -129,7 +129,11 @@ COMPUTE_WEIGHT = Field(
     "two busy models with weights 3 and 1 get three quarters and one quarter.",
 )
 WORKERS = Field(
-    1, ge=1, le=64, description="Engine workers (llama.cpp contexts) per llama.cpp backend."
+    0,
+    ge=0,
+    le=64,
+    description="Engine workers (llama.cpp contexts) per llama.cpp backend; 0: automatic "
+    "(two for a small or GPU-offloaded text model on two or more cores, else one).",
 )
 PARALLEL = Field(8, ge=1, le=256, description="Sequences per engine worker.")
 THREADS = Field(

@@ -15,12 +15,13 @@ from juggler.engine.engine_config import EngineConfig, embed_worker_config, work
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest
 from juggler.kv_cache import KV_TYPE_NAMES, KV_TYPES, row_bytes
-from juggler.manager.auto_ctx import auto_ctx_size, resolved
-from juggler.manager.fit import check_fit, kv_bytes_per_token
+from juggler.manager.auto_ctx import auto_ctx_size, resolved, workers_of
+from juggler.manager.fit import check_fit
+from juggler.manager.footprint import kv_bytes_per_token
 from juggler.manager.recipes import plan_launch
 from juggler.options import EngineFlags, LoadOverrides
 from juggler.registry.gguf_meta import read_info
-from juggler.types import ModelInfo
+from juggler.types import ModelInfo, ModelType
 from tests.manager.conftest import resolve_path
 from tests.manager.test_fit import smol_like
 
@@ -102,17 +103,22 @@ def test_the_fit_check_and_automatic_size_count_the_smaller_cells(tmp_path: Path
     assert kv_bytes_per_token(info, ("q8_0", "q8_0")) == 12240
     assert kv_bytes_per_token(info, ("q4_0", "q4_0")) == 6480
     assert kv_bytes_per_token(info, ("q8_0", "f16")) == (12240 + 23040) // 2
+
     # 4 workers x 131072 tokens: 11.25 GiB of f16 cells, 3.2 GiB of q4_0 ones.
+    def flags(kv: str) -> EngineFlags:
+        return EngineFlags(ctx_size=131072, workers=4, cache_type_k=kv, cache_type_v=kv)
+
     with pytest.raises(BadRequest, match="cannot fit"):
-        check_fit(info, ctx_size=131072, workers=4, is_llm=True, memory_bytes=8 * GIB)
-    q4 = ("q4_0", "q4_0")
-    check_fit(info, ctx_size=131072, workers=4, is_llm=True, memory_bytes=8 * GIB, kv_types=q4)
+        check_fit(info, flags("f16"), ModelType.LLM, memory_bytes=8 * GIB)
+    check_fit(info, flags("q4_0"), ModelType.LLM, memory_bytes=8 * GIB)
     small = 200 << 20
-    f16_size = auto_ctx_size(info, workers=1, memory_bytes=small)
-    q8_size = auto_ctx_size(info, workers=1, memory_bytes=small, kv_types=("q8_0", "q8_0"))
-    assert q8_size > f16_size * 1.8
     options = Settings().model_options({"ctx_size": -1, "cache_type_k": "q8_0"})
     options = options.model_copy(update={"cache_type_v": "q8_0"})
+    workers = workers_of(options, Settings(), info)
+    f16_size = auto_ctx_size(info, workers=workers, memory_bytes=small)
+    q8 = ("q8_0", "q8_0")
+    q8_size = auto_ctx_size(info, workers=workers, memory_bytes=small, kv_types=q8)
+    assert q8_size > f16_size * 1.8
     assert resolved(options, info, Settings(), memory_bytes=small).ctx_size == q8_size
 
 
@@ -132,16 +138,10 @@ def test_a_head_the_blocks_do_not_divide_is_a_400_naming_the_type(tmp_path: Path
     w.write_tensors_to_file()
     w.close()
     info = read_info(path)
-    check_fit(info, ctx_size=1024, workers=1, is_llm=True, memory_bytes=GIB)
+    check_fit(info, EngineFlags(ctx_size=1024), ModelType.LLM, memory_bytes=GIB)
+    quantized = EngineFlags(ctx_size=1024, cache_type_v="q8_0")
     with pytest.raises(BadRequest, match="40 values") as err:
-        check_fit(
-            info,
-            ctx_size=1024,
-            workers=1,
-            is_llm=True,
-            memory_bytes=GIB,
-            kv_types=("f16", "q8_0"),
-        )
+        check_fit(info, quantized, ModelType.LLM, memory_bytes=GIB)
     assert err.value.param == "cache_type_v"
 
 

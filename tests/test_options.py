@@ -33,7 +33,7 @@ def test_settings_and_load_overrides_share_bounds_and_defaults() -> None:
         ('--workers "2', "No closing quotation"),
         ("--bogus 1", "unknown engine flag '--bogus'"),
         ("--workers", "--workers needs a value"),
-        ("--workers 0", "--workers: Input should be greater than or equal to 1"),
+        ("--workers -1", "--workers: Input should be greater than or equal to 0"),
         ("--flash-attn maybe", "--flash-attn"),
         ("--ctx-size 512", "set with the ctx_size option"),
         ("--n-gpu-layers 3", "set with the llamacpp_backend option"),

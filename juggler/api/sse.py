@@ -6,20 +6,51 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+import orjson
+
 from juggler.errors import JugglerError, render
 
 #: OpenAI's end-of-stream marker.
 DONE = b"data: [DONE]\n\n"
 
 
+def dumps(obj: Any) -> bytes:
+    """Compact JSON as UTF-8 (orjson: a streamed token's event is made in microseconds);
+    what orjson cannot write (an integer past 64 bits) goes through `json`."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def data(obj: Any) -> bytes:
     """One `data: <json>` event."""
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+    return b"data: " + dumps(obj) + b"\n\n"
 
 
 def event(name: str, obj: Any) -> bytes:
     """One named event (`event: progress` ...), as Lemonade's pull stream sends them."""
-    return f"event: {name}\ndata: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+    return b"event: " + name.encode() + b"\ndata: " + dumps(obj) + b"\n\n"
+
+
+#: Where `Template`'s one varying string goes in the object it is made from.
+SLOT = "\x00juggler-slot\x00"
+
+
+class Template:
+    """A `data:` event in which one string varies (a streamed token's text): the bytes
+    around that string are made once, and each event is those bytes around the string's
+    JSON, byte for byte what `data` writes for the whole object."""
+
+    def __init__(self, obj: Any) -> None:
+        slot = orjson.dumps(SLOT)
+        head, sep, tail = data(obj).partition(slot)
+        if not sep or slot in tail:
+            raise ValueError("a template holds its slot exactly once")
+        self.head, self.tail = head, tail
+
+    def __call__(self, text: str) -> bytes:
+        return self.head + orjson.dumps(text) + self.tail
 
 
 def error(exc: JugglerError) -> bytes:

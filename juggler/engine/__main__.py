@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
+    from juggler.backend_key import BACKEND_KEEP_ALIVE_S
     from juggler.engine.engine_config import EngineConfig
     from juggler.engine.http.server import create_app
     from juggler.engine.llama.native import Model, init_backend
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         log_level=args.log_level,
         access_log=args.log_level == "debug",
         timeout_graceful_shutdown=5,
+        # The router keeps its connections to the backend open (router.core.backend_http).
+        timeout_keep_alive=BACKEND_KEEP_ALIVE_S,
     )
     return 0
 

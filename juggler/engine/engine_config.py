@@ -3,9 +3,12 @@ settings derived from them."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
+from juggler.compute.cpus import allowed_cpus
+from juggler.compute.workers import workers_for
 from juggler.engine.worker.config import WorkerConfig
 from juggler.kv_cache import KV_TYPES
 from juggler.options import EngineFlags
@@ -22,6 +25,21 @@ class EngineConfig:
     model_name: str
     type: ModelType = ModelType.LLM
     flags: EngineFlags = field(default_factory=lambda: EngineFlags.model_validate({}))
+
+    @functools.cached_property
+    def num_workers(self) -> int:
+        """The workers this backend runs (`--workers 0`: `compute.workers`'s choice)."""
+        try:
+            size: int | None = os.path.getsize(self.model_path)
+        except OSError:
+            size = None
+        return workers_for(
+            self.flags.workers,
+            size,
+            is_llm=self.type is ModelType.LLM,
+            offloaded=self.flags.n_gpu_layers > 0,
+            cores=len(allowed_cpus()),
+        )
 
     @property
     def n_threads(self) -> int:

@@ -12,11 +12,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from juggler.compute.board import reader_from_env
 from juggler.engine.cache.prefix_cache import prefix_keys
+from juggler.engine.embed_inputs import Inputs, embed_inputs, rerank_inputs
 from juggler.engine.engine_config import EngineConfig, embed_worker_config, worker_config
 from juggler.engine.llama.chat import CHATML, ChatTemplate
 from juggler.engine.llama.native import Model, supports_gpu_offload
@@ -24,6 +25,7 @@ from juggler.engine.llama.ports import LlamaModel
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.master import Master
 from juggler.engine.schedule.messages import (
+    Abandon,
     AdapterRef,
     AppendInput,
     Cancel,
@@ -43,7 +45,7 @@ from juggler.engine.schedule.messages import (
 from juggler.engine.schedule.stream import StreamSink
 from juggler.engine.threads import ThreadGovernor, governor_from
 from juggler.engine.worker.config import WorkerSnapshot
-from juggler.engine.worker.embed import EmbedWorker, rerank_tokens
+from juggler.engine.worker.embed import EmbedWorker
 from juggler.engine.worker.worker import Worker
 from juggler.errors import BadRequest, ContextOverflow, EngineDead, LoadFailed
 from juggler.types import ModelType
@@ -119,7 +121,7 @@ class Engine:
             assert self.master is not None
             self.master.submit(notice)
 
-        for i in range(flags.workers):
+        for i in range(cfg.num_workers):
             if self.is_llm:
                 wcfg = worker_config(cfg)
                 self.workers.append(
@@ -149,7 +151,7 @@ class Engine:
             "engine ready: %s (%s), %d worker(s) x %d sequences, ctx %d, chat template %s",
             cfg.model_name,
             cfg.type,
-            flags.workers,
+            cfg.num_workers,
             flags.parallel,
             flags.ctx_size,
             self.template.origin,
@@ -308,45 +310,35 @@ class Engine:
     # -- embeddings / reranking --------------------------------------------------------
     async def embed(self, items: Sequence[str | Sequence[int]]) -> tuple[list[list[float]], int]:
         """One vector per item: a text is tokenized with the model's special tokens; a
-        sequence of token ids (of this model's vocabulary) is embedded exactly as given.
-        Tokenizing runs in a thread, never on the loop that streams other requests."""
+        sequence of token ids (of this model's vocabulary) is embedded exactly as given."""
         self._require(ModelType.EMBEDDING, "an embedding model")
-        inputs = await asyncio.to_thread(self._embed_inputs, items)
-        reply: asyncio.Future[list[list[float]]] = self._future()
-        self._send(Embed(uuid.uuid4().hex, reply, tuple(inputs)))
-        return await reply, sum(len(i) for i in inputs)
-
-    def _embed_inputs(self, items: Sequence[str | Sequence[int]]) -> list[tuple[int, ...]]:
-        n_vocab = self.model.n_vocab
-        inputs: list[tuple[int, ...]] = []
-        for i, item in enumerate(items):
-            if isinstance(item, str):
-                inputs.append(
-                    tuple(self.model.tokenize(item, add_special=True, parse_special=False))
-                )
-                continue
-            bad = next((t for t in item if not 0 <= t < n_vocab), None)
-            if bad is not None:
-                raise BadRequest(
-                    f"input: token {bad} (input {i}) is outside the model's vocabulary "
-                    f"(0..{n_vocab - 1})",
-                    param="input",
-                )
-            inputs.append(tuple(item))
-        return inputs
+        model = self.model
+        return await self._pooled(Embed, lambda abandon: embed_inputs(model, items, abandon))
 
     async def rerank(self, query: str, documents: list[str]) -> tuple[list[float], int]:
         self._require(ModelType.RERANKING, "a reranking model")
         native = self._native_model()
+        scores, n_tokens = await self._pooled(
+            Rerank, lambda abandon: rerank_inputs(native, query, documents, abandon)
+        )
+        return [v[0] for v in scores], n_tokens
 
-        def tokens() -> tuple[tuple[int, ...], ...]:
-            return tuple(tuple(rerank_tokens(native, query, doc)) for doc in documents)
-
-        inputs = await asyncio.to_thread(tokens)
-        reply: asyncio.Future[list[list[float]]] = self._future()
-        self._send(Rerank(uuid.uuid4().hex, reply, inputs))
-        scores = await reply
-        return [v[0] for v in scores], sum(len(i) for i in inputs)
+    async def _pooled(
+        self, kind: type[Embed | Rerank], tokenize: Callable[[Abandon], Inputs]
+    ) -> tuple[list[list[float]], int]:
+        """Tokenize in a thread (never on the loop that streams other requests), then
+        have a worker embed the inputs piece by piece; (vectors, tokens). If the caller
+        is cancelled (its client left), tokenizing stops at the next input and the worker
+        drops the request before its next piece (issue 52)."""
+        abandon = Abandon()
+        try:
+            inputs = await asyncio.to_thread(tokenize, abandon)
+            reply: asyncio.Future[list[list[float]]] = self._future()
+            self._send(kind(uuid.uuid4().hex, reply, inputs, abandon))
+            return await reply, sum(len(i) for i in inputs)
+        except asyncio.CancelledError:
+            abandon.set()
+            raise
 
     # -- snapshots (event loop; read-only) -------------------------------------------
     def worker_snapshots(self) -> list[WorkerSnapshot]:

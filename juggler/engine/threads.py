@@ -1,9 +1,10 @@
 """The backend's side of the compute plan: how many threads each worker decodes with,
 and on which cores the process runs.
 
-Every worker asks `threads_for(worker_id)` right before each decode. The governor reads
-the share the manager published (`compute.board`, one 8-byte read when nothing changed),
-divides the share's threads among the workers that decoded recently, and, when the
+Every worker asks `threads_for(worker_id)` right before each decode, and says `idle`
+when it runs out of work. The governor reads the share the manager published
+(`compute.board`, one 8-byte read when nothing changed), divides the share's threads
+among the workers that decoded recently and have not gone idle since, and, when the
 share's cores changed, moves every thread of the process onto them. A plan change thus
 reaches a busy backend at its next decode step.
 
@@ -79,6 +80,13 @@ class ThreadGovernor:
             n = split_threads(share.threads, len(active))[active.index(worker_id)]
             self.applied[worker_id] = n
             return n
+
+    def idle(self, worker_id: int) -> None:
+        """`worker_id` has nothing to decode (it is about to wait for a command): from
+        their next decode on, the busy workers divide its threads (a lone stream on one
+        of two workers decodes with every thread, not half of them)."""
+        with self._lock:
+            self._active.pop(worker_id, None)
 
     def status(self) -> dict[str, object]:
         """For /health: the share and each worker's threads at its last decode."""

@@ -11,8 +11,9 @@ cache types):
   `AUTO_CTX_MAX` (32768, Lemonade's cap for a model whose window it does not know,
   which is also the size when the header does not say);
 - for a CPU load, at most what lets the weights and the KV cache of every worker take
-  `AUTO_MEMORY_SHARE` (half) of the machine's memory (`fit.host_memory_bytes`): the rest
-  stays for other models, compute buffers and the machine; rounded down to a multiple of
+  `AUTO_MEMORY_SHARE` (half) of the memory the load can have (what is available now
+  plus what Juggler's backends hold, as `fit.check_fit` counts it): the rest stays for
+  other models, compute and output buffers and the machine; rounded down to a multiple of
   `AUTO_CTX_STEP`, and never below `AUTO_CTX_MIN` (a load that cannot fit even that is
   refused by `fit.check_fit`, as any other). An offloaded load's memory is not known
   here, so only the first rule applies to it;
@@ -29,10 +30,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from juggler.compute.cpus import allowed_cpus
+from juggler.compute.workers import workers_for
 from juggler.config import Settings
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import JugglerError
-from juggler.manager.fit import F16, KvTypes, host_memory_bytes, kv_bytes_per_token
+from juggler.manager.fit import available_memory_bytes
+from juggler.manager.footprint import F16, KvTypes, kv_bytes_per_token
 from juggler.options import AUTO_CTX, MIN_CTX, ModelOptions
 from juggler.registry.gguf_meta import GgufError, GgufInfo, read_info
 from juggler.types import ModelInfo
@@ -70,9 +74,21 @@ def auto_ctx_size(
     return min(cap, max(fits // AUTO_CTX_STEP * AUTO_CTX_STEP, AUTO_CTX_MIN))
 
 
-def workers_of(options: ModelOptions, settings: Settings) -> int:
-    """Engine workers of a llama.cpp load: its `--workers`, else the setting."""
+def requested_workers(options: ModelOptions, settings: Settings) -> int:
+    """The workers a load asks for: its `--workers`, else the setting (0: automatic)."""
     return int(parse_llamacpp_args(options.llamacpp_args).get("workers", settings.workers))
+
+
+def workers_of(options: ModelOptions, settings: Settings, header: GgufInfo | None) -> int:
+    """Engine workers of a llama.cpp load of a text model, automatic ones (0) resolved as
+    the backend will (`compute.workers`)."""
+    return workers_for(
+        requested_workers(options, settings),
+        header.size_bytes if header is not None else None,
+        is_llm=True,
+        offloaded=options.llamacpp_backend != "cpu",
+        cores=len(allowed_cpus()),
+    )
 
 
 def resolved(
@@ -86,7 +102,7 @@ def resolved(
     options when the size is given)."""
     if options.ctx_size != AUTO_CTX:
         return options
-    workers = workers_of(options, settings)
+    workers = workers_of(options, settings, header)
     kv_types = (options.cache_type_k, options.cache_type_v)
     size = auto_ctx_size(header, workers=workers, memory_bytes=memory_bytes, kv_types=kv_types)
     return options.model_copy(update={"ctx_size": size})
@@ -103,16 +119,16 @@ def listed_size(
     """The `context_length` a model list shows for a model that is not loaded (issue 49,
     Lemonade's test 006c: "ctx_size=-1 means 'size automatically' and must never be
     returned"): a given size as it is; an automatic one as a load now would choose it
-    from the file's header (`memory_bytes` None: the host's, for a CPU load); before the
-    file is on disk (no header to size from), the context the catalog says the model was
-    trained for, as Lemonade shows it, else `AUTO_CTX_FALLBACK`."""
+    from the file's header (`memory_bytes` None: what is available now, for a CPU load);
+    before the file is on disk (no header to size from), the context the catalog says
+    the model was trained for, as Lemonade shows it, else `AUTO_CTX_FALLBACK`."""
     if options.ctx_size != AUTO_CTX:
         return options.ctx_size
     if header is None:
         return trained if trained and trained > 0 else AUTO_CTX_FALLBACK
     memory = None
     if options.llamacpp_backend == "cpu":
-        memory = memory_bytes if memory_bytes is not None else host_memory_bytes()
+        memory = memory_bytes if memory_bytes is not None else available_memory_bytes()
     return resolved(options, header, settings, memory_bytes=memory).ctx_size
 
 
@@ -125,7 +141,7 @@ def planned_size(
     memory_bytes: int | None = None,
 ) -> int:
     """The `ctx_size` a load of `info` with `options` would start with now, as
-    `recipes.plan_launch` sizes it (`memory_bytes` None: the host's), without its checks:
+    `recipes.plan_launch` sizes it (`memory_bytes` None: what is available now), without its checks:
     a checkpoint not on disk yet has no header to read."""
     if options.ctx_size != AUTO_CTX:
         return options.ctx_size
@@ -135,5 +151,5 @@ def planned_size(
         path = None
     memory = None
     if info.recipe == "llamacpp" and options.llamacpp_backend == "cpu":
-        memory = memory_bytes if memory_bytes is not None else host_memory_bytes()
+        memory = memory_bytes if memory_bytes is not None else available_memory_bytes()
     return resolved(options, header_of(path), settings, memory_bytes=memory).ctx_size

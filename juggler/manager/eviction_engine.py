@@ -60,9 +60,14 @@ class EvictionEngine:
 
     # -- after every owner message -------------------------------------------------
     def after_message(self) -> None:
-        """Seed 002's idle timeouts, then the monitor on exactly while it is wanted."""
-        self.run(self._idle_actions(MIN_BACKGROUND_IDLE_S)[0])
-        self._arm_timer()
+        """Seed 002's idle timeouts, then the monitor on exactly while it is wanted (run
+        after every manager message: two a request, so the policy is asked once when it
+        has nothing to do)."""
+        actions, next_at = self._idle_actions(MIN_BACKGROUND_IDLE_S)
+        if actions:
+            self.run(actions)
+            next_at = self._idle_actions(MIN_BACKGROUND_IDLE_S)[1]
+        self._arm_timer(next_at)
         self.monitor.ensure(self.is_wanted)
 
     @property
@@ -76,8 +81,7 @@ class EvictionEngine:
         views = self.table.memory_views(self.auto_evict)
         return idle_actions(views, self.table.clock(), min_downsize_idle_s)
 
-    def _arm_timer(self) -> None:
-        _, next_at = self._idle_actions(MIN_BACKGROUND_IDLE_S)
+    def _arm_timer(self, next_at: float | None) -> None:
         if next_at == self._timer_at:
             return
         self.cancel_timer()

@@ -1,24 +1,29 @@
 """Will a llama.cpp load fit? Answered from the GGUF header before any process starts.
 
 Issue 27: "a load that cannot fit is refused before a process starts" (a load with
-`ctx_size: 131072` gave no answer in 150 s and no backend). Two rules, both a 400 naming
-`ctx_size`:
+`ctx_size: 131072` gave no answer in 150 s and no backend). Issue 52: the estimate
+undercounted (a load of 64 workers x 256 sequences used 15.3 GB where 12.1 GB were
+estimated), the check read the machine's total memory, and values that cannot be right
+for the machine were accepted. Each rule is a 400 naming the value:
 
 - An LLM's context may not exceed the context it was trained for (`<arch>.context_length`
-  in its header). llama.cpp only warns, and past it the output degrades into noise;
-  Ollama silently clamps, which would accept a setting and ignore it.
-- A CPU load's estimate must fit in the machine's memory (the smaller of MemTotal and
-  the cgroup limit, so a container's limit counts): the weights (the file) plus the KV
-  cache, `workers x ctx_size x` the bytes one token takes in every layer (keys and
-  values of the load's `cache_type_k` / `cache_type_v`, f16 by default: a q8_0 cell
-  takes about half, issue 49). It is an upper bound for sliding-window models and leaves out compute buffers,
-  so it refuses only what can never fit, however much is evicted first. What might fit
-  after evicting others is the memory manager's business, not this check's.
+  in its header): `ctx_size`. llama.cpp only warns, and past it the output degrades into
+  noise; Ollama silently clamps, which would accept a setting and ignore it.
+- `threads` and `threads_batch` may not exceed the cores this process may run on: more
+  threads than cores only slow every decode down (they wait for each other).
+- Everything llama.cpp allocates for the load (`footprint`: the weights, and every
+  worker's KV cache, compute buffer and output buffer, at their peak) must fit in the
+  memory the load can have: what is available now (`MemAvailable`, or what the cgroup
+  limit leaves) plus what Juggler's own backends hold, which evicting them would free
+  (the manager adds that). So it refuses only what cannot fit however much of Juggler is
+  evicted first; what fits after evicting others is the memory manager's business. The
+  value named is `workers` when one worker would fit, else the largest part's own
+  (`ctx_size` for the KV cache, `parallel` or `batch_size` for the buffers).
+  A GPU load's layers, KV cache and compute buffers go to the GPU; its output buffers
+  and process stay in host memory, and only those are checked here.
 
-A quantized cache type whose blocks do not divide the model's head size is a 400 naming
-it (llama.cpp cannot make such a context).
-
-Pure functions, except `host_memory_bytes`, which reads /proc and /sys.
+Pure functions, except `host_memory_bytes` and `available_memory_bytes`, which read
+/proc and /sys.
 """
 
 from __future__ import annotations
@@ -26,57 +31,48 @@ from __future__ import annotations
 from pathlib import Path
 
 from juggler.errors import BadRequest
-from juggler.kv_cache import DEFAULT_KV_TYPE, fits_head, row_bytes
+from juggler.kv_cache import fits_head
+from juggler.manager.footprint import Footprint, KvTypes, context_shape, footprint, head_sizes
+from juggler.options import EngineFlags
 from juggler.registry.gguf_meta import GgufInfo
+from juggler.types import ModelType
 
-#: The element types of keys and values (llama.cpp's default: f16 both).
-KvTypes = tuple[str, str]
-F16: KvTypes = (DEFAULT_KV_TYPE, DEFAULT_KV_TYPE)
 GIB = 1 << 30
+MIB = 1 << 20
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and value > 0 else None
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f} GiB"
 
 
-def head_sizes(info: GgufInfo) -> tuple[int, int] | None:
-    """The sizes of a key head and a value head, None when the header does not say."""
-    m, arch = info.metadata, info.architecture
-    heads = _int(m.get(f"{arch}.attention.head_count"))
-    embd = _int(m.get(f"{arch}.embedding_length"))
-    if heads is None or embd is None:
-        return None
-    k_len = _int(m.get(f"{arch}.attention.key_length")) or embd // heads
-    return k_len, _int(m.get(f"{arch}.attention.value_length")) or k_len
+def _mib(n: int) -> str:
+    return f"{n / MIB:.0f} MiB"
 
 
-def kv_bytes_per_token(info: GgufInfo, kv_types: KvTypes = F16) -> int | None:
-    """Bytes of keys and values one token takes across every layer, at the element
-    types `kv_types` (keys, values); None when the header does not say (a recurrent
-    model, or an architecture without these keys)."""
-    m, arch = info.metadata, info.architecture
-    layers = _int(m.get(f"{arch}.block_count"))
-    heads = _int(m.get(f"{arch}.attention.head_count"))
-    sizes = head_sizes(info)
-    if layers is None or heads is None or sizes is None:
-        return None
-    k_len, v_len = sizes
-    kv_heads = m.get(f"{arch}.attention.head_count_kv", heads)
-    if isinstance(kv_heads, list):  # per layer (some hybrid architectures)
-        per_layer = [int(h) for h in kv_heads if isinstance(h, int)]
-    elif isinstance(kv_heads, int):
-        per_layer = [kv_heads] * layers
-    else:
-        return None
-    type_k, type_v = kv_types
-    total = sum(row_bytes(type_k, h * k_len) + row_bytes(type_v, h * v_len) for h in per_layer)
-    return total or None
+def estimate(info: GgufInfo, flags: EngineFlags, model_type: ModelType) -> Footprint:
+    """What a backend with these engine flags allocates (`footprint`)."""
+    shape = context_shape(
+        info,
+        model_type,
+        ctx_size=flags.ctx_size,
+        parallel=flags.parallel,
+        batch_size=flags.batch_size,
+        flash_attn=flags.flash_attn,
+        kv_types=(flags.cache_type_k, flags.cache_type_v),
+    )
+    return footprint(info, shape, flags.workers)
 
 
-def estimate_bytes(info: GgufInfo, ctx_size: int, workers: int, kv_types: KvTypes = F16) -> int:
-    """Weights plus every worker's KV cache at `ctx_size` (see the module doc)."""
-    per_token = kv_bytes_per_token(info, kv_types) or 0
-    return info.size_bytes + workers * ctx_size * per_token
+def check_threads(flags: EngineFlags, cores: int) -> None:
+    """BadRequest naming `threads` or `threads_batch` when it exceeds `cores`."""
+    for name in ("threads", "threads_batch"):
+        value = getattr(flags, name)
+        if value is not None and value > cores:
+            raise BadRequest(
+                f"{name} {value} is more than the {cores} cores this machine lets Juggler "
+                f"use; use at most {cores} (0 for threads: every core)",
+                param=name,
+            )
 
 
 def check_kv_types(info: GgufInfo, kv_types: KvTypes) -> None:
@@ -94,42 +90,58 @@ def check_kv_types(info: GgufInfo, kv_types: KvTypes) -> None:
             )
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
 def check_fit(
     info: GgufInfo,
+    flags: EngineFlags,
+    model_type: ModelType,
     *,
-    ctx_size: int,
-    workers: int,
-    is_llm: bool,
     memory_bytes: int | None,
-    kv_types: KvTypes = F16,
+    on_gpu: bool = False,
 ) -> None:
-    """BadRequest (param ctx_size, or a cache type) when the load cannot work; see the
-    module doc. `memory_bytes` None: the load does not run from host memory (offloaded
-    to a GPU)."""
-    check_kv_types(info, kv_types)
+    """BadRequest when the load cannot work; see the module doc. `memory_bytes`: the
+    host memory the load can have (None: unknown, not checked); `on_gpu`: its layers
+    are offloaded, so only its host part counts."""
+    check_kv_types(info, (flags.cache_type_k, flags.cache_type_v))
     trained = info.context_length
-    if is_llm and trained is not None and ctx_size > trained:
+    if model_type is ModelType.LLM and trained is not None and flags.ctx_size > trained:
         raise BadRequest(
-            f"ctx_size {ctx_size} is more than the {trained} tokens this model was trained "
-            f"for; use at most {trained}",
+            f"ctx_size {flags.ctx_size} is more than the {trained} tokens this model was "
+            f"trained for; use at most {trained}",
             param="ctx_size",
         )
     if memory_bytes is None:
         return
-    need = estimate_bytes(info, ctx_size, workers, kv_types)
-    if need > memory_bytes:
-        kv = need - info.size_bytes
-        raise BadRequest(
-            f"ctx_size {ctx_size} cannot fit: the weights ({_gib(info.size_bytes)}) and the "
-            f"KV cache of {workers} worker(s) ({_gib(kv)}) need about {_gib(need)}, and this "
-            f"machine has {_gib(memory_bytes)}; use a smaller ctx_size, fewer workers or a "
-            "smaller cache_type_k / cache_type_v",
-            param="ctx_size",
-        )
+    fp = estimate(info, flags, model_type)
+    need, one = (
+        (fp.process + fp.workers * fp.output_max, fp.process + fp.output_max)
+        if on_gpu
+        else (fp.peak, fp.process + fp.weights + fp.per_worker)
+    )
+    if need <= memory_bytes:
+        return
+    param = "workers" if flags.workers > 1 and one <= memory_bytes else _largest(fp, flags)
+    parts = (
+        f"output buffers {_mib(fp.output_max)} a worker, in host memory while the layers "
+        "are on the GPU"
+        if on_gpu
+        else f"weights {_gib(fp.weights)}, and a worker's KV cache {_mib(fp.kv)}, "
+        f"compute buffer {_mib(fp.compute)} and output buffers {_mib(fp.output_max)}"
+    )
+    raise BadRequest(
+        f"{param}: ctx_size {flags.ctx_size} with {flags.workers} worker(s) x "
+        f"{flags.parallel} sequences cannot fit: llama.cpp needs about {_gib(need)} ({parts}), "
+        f"and {_gib(memory_bytes)} is available to this load even after evicting every "
+        "other model; use fewer workers, fewer sequences (parallel), a smaller ctx_size or a "
+        "smaller cache_type_k / cache_type_v",
+        param=param,
+    )
+
+
+def _largest(fp: Footprint, flags: EngineFlags) -> str:
+    """The setting behind the largest part of a worker's footprint."""
+    if fp.kv >= max(fp.compute, fp.output_max):
+        return "ctx_size"
+    return "parallel" if flags.parallel >= flags.batch_size else "batch_size"
 
 
 def _read_int(path: Path) -> int | None:
@@ -140,20 +152,41 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _meminfo(meminfo: Path, key: str) -> int | None:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def host_memory_bytes(
     meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")
 ) -> int | None:
     """The memory this process may use at most: MemTotal, or the cgroup limit (v2
     `memory.max`, v1 `memory/memory.limit_in_bytes`) when that is smaller."""
-    total: int | None = None
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                total = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
+    total = _meminfo(meminfo, "MemTotal")
     for limit_file in (cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"):
         limit = _read_int(limit_file)  # "max" (no limit) is not a number
         if limit is not None and total is not None and limit < total:
             total = limit
     return total
+
+
+def available_memory_bytes(
+    meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")
+) -> int | None:
+    """The memory a new process could take now: MemAvailable, or what the cgroup limit
+    leaves (v2 `memory.max - memory.current`, v1 `limit_in_bytes - usage_in_bytes`) when
+    that is smaller."""
+    available = _meminfo(meminfo, "MemAvailable")
+    for limit_file, usage_file in (
+        (cgroup / "memory.max", cgroup / "memory.current"),
+        (cgroup / "memory" / "memory.limit_in_bytes", cgroup / "memory" / "memory.usage_in_bytes"),
+    ):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and usage is not None and available is not None:
+            available = min(available, max(0, limit - usage))
+    return available

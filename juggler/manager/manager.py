@@ -25,22 +25,22 @@ from juggler.backend_key import BackendAuth, BackendKeys
 from juggler.config import Settings, parse_max_loaded_models
 from juggler.errors import BadRequest, JugglerError
 from juggler.logbook import LogBook
-from juggler.manager import auto_ctx
 from juggler.manager import messages as m
 from juggler.manager.compute import LINGER_S, ComputePlanner
 from juggler.manager.lease import Lease
 from juggler.manager.memory import MemorySource, choose_source
 from juggler.manager.monitor import INTERVAL_S, Monitor
 from juggler.manager.owner import Owner
+from juggler.manager.planner import LoadPlanner
 from juggler.manager.policy import all_slots_pinned
 from juggler.manager.process import ProcessSpawner
-from juggler.manager.recipes import LaunchPlan, Resolver, plan_launch
+from juggler.manager.recipes import LaunchPlan, Resolver
 from juggler.manager.snapshot import MemoryStatus, ServerSnapshot, TableSnapshot
 from juggler.manager.spawner import Spawner
 from juggler.manager.stall_watch import INTERVAL_S as STALL_INTERVAL_S
 from juggler.manager.stall_watch import StallWatch
 from juggler.manager.table import ServerTable
-from juggler.options import AUTO_CTX, ModelOptions
+from juggler.options import ModelOptions
 from juggler.types import MODEL_TYPE_ORDER, ModelInfo, ModelType
 
 log = logging.getLogger("juggler.manager")
@@ -53,12 +53,6 @@ class ModelSource(Protocol):
     def get(self, name: str) -> ModelInfo:
         """The model called `name`; raises ModelNotFound."""
         ...
-
-
-def _default_resolver() -> Resolver:
-    from juggler.registry.checkpoint import resolve_checkpoint
-
-    return resolve_checkpoint
 
 
 #: How long report_backend_failure waits for the owner's verdict.
@@ -91,7 +85,14 @@ class Manager:
         #: A model's saved load options (Lemonade's save_options), under a load's own.
         self._saved = saved_options or (lambda name: {})
         self.registry = registry
-        self._resolve = resolve
+        #: Options -> launch plan, with every check a load runs (issue 52: on saved
+        #: options too), in the memory a load can have.
+        self.plans = LoadPlanner(
+            lambda: self.settings,
+            registry,
+            resolve,
+            lambda: [s.pid for s in self.snapshot() if s.pid is not None],
+        )
         self._spawner: Spawner = spawner or ProcessSpawner(logbook)
         keys = getattr(self._spawner, "keys", None)
         #: Adds each backend's key to the router's requests to it (issue 27).
@@ -108,6 +109,7 @@ class Manager:
             self.snapshot, self._backend_status, self._post, stall_interval_s
         )
         self._monitor_interval_s = monitor_interval_s
+        self._probe_client: httpx.AsyncClient | None = None
         self._monitor: Monitor | None = None
         self._log_dir = log_dir
         self._owns_log_dir = log_dir is None
@@ -155,6 +157,8 @@ class Manager:
         if self._task is None or self._task.done():
             return
         await self._stall_watch.stop()
+        if self._probe_client is not None:
+            await self._probe_client.aclose()
         await self._ask(lambda f: m.Stop(f))
         await self._task
         if self._owns_log_dir and self._log_dir is not None:
@@ -318,12 +322,14 @@ class Manager:
         return {**dict(self._published.counters), "queued": self._published.num_queued}
 
     async def _backend_status(self, snap: ServerSnapshot) -> str | None:
-        """A backend's own word on its health (`status` of its /health), None if none."""
-        try:
-            async with httpx.AsyncClient(
+        """A backend's own word on its health (`status` of its /health), None if none.
+        One client for every probe: making one reads the CA store (tens of ms)."""
+        if self._probe_client is None:
+            self._probe_client = httpx.AsyncClient(
                 trust_env=False, timeout=5.0, auth=self.backend_auth
-            ) as client:
-                response = await client.get(snap.backend_url + "/health")
+            )
+        try:
+            response = await self._probe_client.get(snap.backend_url + "/health")
             status = response.json().get("status")
             return str(status) if status is not None else None
         except (httpx.HTTPError, ValueError, AttributeError):
@@ -331,20 +337,15 @@ class Manager:
 
     # -- plumbing ------------------------------------------------------------------------
     async def resolved_ctx_size(self, model_name: str, options: ModelOptions) -> int:
-        """lemonade.md's `resolved_ctx_size`: "The context size a load right now would
-        use: the effective `ctx_size`, or the automatically computed size when that is
-        `-1`" (`auto_ctx`). Reads the checkpoint's header when it is on disk; never
-        loads anything. Raises ModelNotFound."""
-        if options.ctx_size != AUTO_CTX:
-            return options.ctx_size
-        info = self.registry.get(model_name)
-        resolve = self._resolve or _default_resolver()
-        return await asyncio.to_thread(auto_ctx.planned_size, info, options, self.settings, resolve)
+        """lemonade.md's `resolved_ctx_size` (`LoadPlanner.resolved_ctx_size`)."""
+        return await self.plans.resolved_ctx_size(model_name, options)
+
+    async def check_options(self, model: str | ModelInfo, options: ModelOptions) -> None:
+        """A load's checks on `options`, nothing loaded (`LoadPlanner.check`)."""
+        await self.plans.check(model, options)
 
     async def _prepare(self, model_name: str, options: ModelOptions) -> LaunchPlan:
-        info = self.registry.get(model_name)
-        resolve = self._resolve or _default_resolver()
-        return await asyncio.to_thread(plan_launch, info, options, self.settings, resolve)
+        return await self.plans.prepare(model_name, options)
 
     def _on_publish(self, published: TableSnapshot) -> None:
         self._published = published

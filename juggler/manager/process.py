@@ -29,10 +29,10 @@ import httpx
 from juggler.backend_key import ENV as KEY_ENV
 from juggler.backend_key import HEADER as KEY_HEADER
 from juggler.backend_key import BackendKeys, new_key
-from juggler.compute.board import ENV as BOARD_ENV
 from juggler.engine.adapter_paths import ENV as BOOK_ENV
 from juggler.errors import LoadFailed, RecipeNotInstalled
 from juggler.logbook import LogBook
+from juggler.manager.child_env import child_env
 from juggler.manager.output import OutputPump
 from juggler.manager.recipes import LaunchPlan, require_file
 from juggler.manager.spawner import STOP_GRACE_S, BackendProcess
@@ -60,13 +60,6 @@ def _die_with_parent() -> None:
     kernel kills the backend, so no model is left holding memory."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-
-
-def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    """This process's environment for a backend, less what is per backend, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if k not in (BOARD_ENV, KEY_ENV, BOOK_ENV)}
-    env.update(extra or {})
-    return env
 
 
 def free_port(host: str = HOST) -> int:
@@ -195,7 +188,7 @@ class ProcessSpawner:
                 stdout=write_fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=_child_env(env),
+                env=child_env(env),
                 preexec_fn=_die_with_parent if _LIBC is not None else None,
             )
             spawned = True

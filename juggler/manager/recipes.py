@@ -35,12 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from juggler.compute.cpus import allowed_cpus
+from juggler.compute.workers import workers_for
 from juggler.config import Settings
 from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotInstalled
 from juggler.manager import auto_ctx
 from juggler.manager.auto_ctx import header_of
-from juggler.manager.fit import check_fit, host_memory_bytes
+from juggler.manager.fit import available_memory_bytes, check_fit, check_threads
 from juggler.options import AUTO_CTX, EngineFlags, LaunchKey, ModelOptions
 from juggler.registry.gguf_meta import GgufInfo
 from juggler.types import Device, ModelInfo, ModelType
@@ -200,9 +202,12 @@ def _command_npu_backend(info: ModelInfo, device: Device) -> NpuBackend | None:
         return NpuBackend.EXCLUSIVE
 
 
-def _engine_flags(options: ModelOptions, settings: Settings) -> EngineFlags:
+def _engine_flags(
+    options: ModelOptions, settings: Settings, header: GgufInfo | None, info: ModelInfo
+) -> EngineFlags:
     """The backend's engine flags. A client's `llamacpp_args` override the settings'
-    workers, parallel and threads."""
+    workers, parallel and threads; automatic workers (0) are resolved here, so that the
+    fit check counts them (`compute.workers`, as the backend would)."""
     shape: dict[str, object] = {
         "ctx_size": options.ctx_size,
         "workers": settings.workers,
@@ -213,7 +218,15 @@ def _engine_flags(options: ModelOptions, settings: Settings) -> EngineFlags:
         "cache_type_v": options.cache_type_v,
     }
     shape.update(parse_llamacpp_args(options.llamacpp_args))
-    return EngineFlags.model_validate(shape)
+    flags = EngineFlags.model_validate(shape)
+    workers = workers_for(
+        flags.workers,
+        header.size_bytes if header is not None else None,
+        is_llm=info.type is ModelType.LLM,
+        offloaded=flags.n_gpu_layers > 0,
+        cores=len(allowed_cpus()),
+    )
+    return flags.model_copy(update={"workers": workers})
 
 
 def _llamacpp_argv(info: ModelInfo, engine_flags: EngineFlags) -> list[str]:
@@ -264,20 +277,19 @@ def _command_template(info: ModelInfo) -> tuple[str, ...]:
 
 
 def _check_fit(
-    header: GgufInfo | None, info: ModelInfo, flags: EngineFlags, memory_bytes: int | None
+    header: GgufInfo | None,
+    info: ModelInfo,
+    flags: EngineFlags,
+    memory_bytes: int | None,
+    *,
+    on_gpu: bool,
 ) -> None:
-    """`fit.check_fit` from the file's header (a file that is not GGUF is left to the
-    engine to refuse); `memory_bytes` None: not a CPU load."""
+    """`fit.check_threads`, then `fit.check_fit` from the file's header (a file that is
+    not GGUF is left to the engine to refuse)."""
+    check_threads(flags, len(allowed_cpus()))
     if header is None:
         return
-    check_fit(
-        header,
-        ctx_size=flags.ctx_size,
-        workers=flags.workers,
-        kv_types=(flags.cache_type_k, flags.cache_type_v),
-        is_llm=info.type is ModelType.LLM,
-        memory_bytes=memory_bytes,
-    )
+    check_fit(header, flags, info.type, memory_bytes=memory_bytes, on_gpu=on_gpu)
 
 
 def plan_launch(
@@ -289,14 +301,15 @@ def plan_launch(
     memory_bytes: int | None = None,
 ) -> LaunchPlan:
     """Check the recipe is installed, the checkpoint is on disk and a llama.cpp load can
-    fit (`fit`: in `memory_bytes`, the host's memory when None), and build the plan. An
-    automatic `ctx_size` (-1) is sized here (`auto_ctx`), from the same header and memory.
+    fit (`fit`: in `memory_bytes`, the host memory this load can have; the memory
+    available now when None), and build the plan. An automatic `ctx_size` (-1) is sized
+    here (`auto_ctx`), from the same header and memory.
 
     Blocks on file-system checks only (run it off the event loop if `resolve` is slow).
     Raises RecipeNotInstalled or CheckpointMissing (both missing-file class), or
     BadRequest for a `command` template that cannot be parsed or a load that cannot fit."""
     if memory_bytes is None:
-        memory_bytes = host_memory_bytes()
+        memory_bytes = available_memory_bytes()
     recipe = recipe_for(info.recipe)
     if recipe.name == "command":
         if not settings.allow_command_recipes:
@@ -334,8 +347,16 @@ def plan_launch(
         header = header_of(model_path)
         host = memory_bytes if device is Device.CPU else None
         sized = auto_ctx.resolved(options, header, settings, memory_bytes=host)
-        flags = _engine_flags(sized, settings)
-        _check_fit(header, info, flags, host)
+        flags = _engine_flags(sized, settings, header, info)
+        on_gpu = device is not Device.CPU
+        try:
+            _check_fit(header, info, flags, memory_bytes, on_gpu=on_gpu)
+        except BadRequest:
+            if flags.workers == 1 or auto_ctx.requested_workers(sized, settings) != 0:
+                raise
+            # Automatic workers: one context where a second would not fit.
+            flags = flags.model_copy(update={"workers": 1})
+            _check_fit(header, info, flags, memory_bytes, on_gpu=on_gpu)
         return LaunchPlan(
             info,
             model_path,

@@ -167,6 +167,16 @@ class Registry:
             return matches[0]
         raise ModelNotFound(f"model {name!r} not found", param="model")
 
+    def existing_name(self, name: str) -> str:
+        """Ollama's comparison of names (`getExistingName`): a model whose name is `name`
+        but for case (and Ollama's `:latest` tag) is that model, so `M1` updates `m1`
+        rather than becoming a second model; `name` itself when there is none."""
+        folded = name.removesuffix(":latest").casefold()
+        for m in self.list():
+            if m.name.removesuffix(":latest").casefold() == folded:
+                return m.name
+        return name
+
     def check_new_name(self, name: str, *, ollama: bool = False) -> None:
         """Raise BadRequest unless `name` may be registered: `user.NAME`, or with
         `ollama` an Ollama-style name that is neither built in nor reserved."""

@@ -92,6 +92,8 @@ class GgufInfo:
     size_bytes: int
     #: Scalar (and short array) key/values, e.g. "llama.block_count": 30.
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Tokens in the vocabulary (the rows of `token_embd.weight`), if the file says.
+    vocab_size: int | None = None
 
     @property
     def parameter_size(self) -> str:
@@ -175,9 +177,12 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> GgufInfo:
             if value is not None:
                 meta[key] = value
         params = 0
+        vocab: int | None = None
         for _ in range(num_tensors):
-            r.string()
+            tensor = r.string()
             dims = [r.take("<Q") for _ in range(r.take("<I"))]
+            if tensor == "token_embd.weight" and len(dims) >= 2:
+                vocab = dims[1]
             r.take("<I")
             r.take("<Q")
             count = 1
@@ -195,6 +200,7 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> GgufInfo:
         parameter_count=params,
         size_bytes=size,
         metadata=meta,
+        vocab_size=vocab,
     )
 
 

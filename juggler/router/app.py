@@ -132,7 +132,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             max_waiting=settings.max_queued_requests,
             queue_timeout_s=settings.queue_timeout_s,
         )
-        figures = FiguresPoller(manager.snapshot, proxy.client)
+        figures = FiguresPoller(manager.snapshot, proxy.pool)
         proxy.on_activity = figures.note_activity
         figures.start()
         adapters = Adapters(settings, registry, AdapterBook())

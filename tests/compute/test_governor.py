@@ -48,6 +48,21 @@ def test_the_share_is_divided_among_the_workers_that_are_busy(tmp_path: Path) ->
     writer.close_all()
 
 
+def test_a_worker_that_went_idle_leaves_its_threads_to_the_busy_one(tmp_path: Path) -> None:
+    """Issue 47: with two workers, one stream at a time lands on either; the worker that
+    ran out of work says so, and the other decodes with every thread at once (not half
+    of them for `ACTIVE_WINDOW_S`)."""
+    clock, pinned = FakeClock(), []
+    writer, gov = governor(tmp_path, Share(2, (0, 1), busy=True), clock, pinned)
+    assert gov.threads_for(0) == 2
+    assert gov.threads_for(1) == 1  # both busy
+    gov.idle(0)
+    assert gov.threads_for(1) == 2  # no clock moved
+    gov.idle(1)
+    assert gov.threads_for(0) == 2
+    writer.close_all()
+
+
 def test_explicit_threads_and_the_plan_off_keep_each_worker_at_its_count(tmp_path: Path) -> None:
     clock, pinned = FakeClock(), []
     fixed = ThreadGovernor(fixed_threads=3, clock=clock, pin=pinned.append)

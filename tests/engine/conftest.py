@@ -67,7 +67,9 @@ def rerank_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def smol_config(path: Path, **flags: Any) -> EngineConfig:
-    """An in-process engine's settings for SmolLM2 on one thread."""
+    """An in-process engine's settings for SmolLM2 on one thread, one worker unless
+    `workers` is given (the tests read worker 0's snapshot)."""
+    flags.setdefault("workers", 1)
     return EngineConfig(str(path), "smol", flags=EngineFlags(threads=1, **flags))
 
 
@@ -156,6 +158,9 @@ def start_backend(
         str(port),
         "--threads",
         THREADS,
+        # One worker unless a test asks for more: these tests read one worker's caches and
+        # queues (the automatic two is tested on its own, test_workers_live.py).
+        *(() if "--workers" in extra else ("--workers", "1")),
         *extra,
     ]
     with log_path.open("wb") as log:

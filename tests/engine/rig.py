@@ -105,8 +105,4 @@ class Rig:
 
 def events(sink: StreamSink) -> list[StreamEvent]:
     """The events a sink received so far (without waiting)."""
-    out: list[StreamEvent] = []
-    while not sink.queue.empty():
-        out.append(sink.queue.get_nowait())
-        sink.num_taken += 1
-    return out
+    return sink.taken()

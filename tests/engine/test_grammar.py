@@ -152,3 +152,12 @@ def test_the_ambiguity_check_survives_hostile_nesting_and_long_rule_chains() -> 
     deep = "root ::= " + "(" * 1500 + '"a"?' + ")" * 1500 + "{1,20}"
     with pytest.raises(BadRequest, match="empty string"):
         guard(deep, param="grammar")
+
+
+def test_a_character_past_the_bmp_in_a_schema_literal_is_one_code_point() -> None:
+    """Issue 52 (found testing it): llama-cpp-python's converter wrote 🌱 in an `enum`
+    as JSON's two surrogates, which llama.cpp sampled as six bytes of invalid UTF-8 (a
+    client saw "���"). A literal backslash before `u` stays as it was."""
+    grammar = schema_grammar({"type": "string", "enum": ["🌱", "a\\ud83c\\udf31"]}, param="x")
+    assert "\\U0001f331" in grammar and "\\ud83c\\udf31" not in grammar.replace("\\\\", "")
+    assert "a\\\\ud83c\\\\udf31" in grammar

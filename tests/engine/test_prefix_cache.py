@@ -130,10 +130,14 @@ def test_prefix_keys_chain_and_affinity() -> None:
     a = list(range(200))
     b = [*range(128), *range(1000, 1072)]
     ka, kb = prefix_keys(a, 64), prefix_keys(b, 64)
-    assert len(ka) == 3 and ka[:2] == kb[:2] and ka[2] != kb[2]
-    owners = {ka[0]: 1, ka[1]: 1, ka[2]: 1}
+    assert len(ka) == 4 and ka[:2] == kb[:2] and ka[2] != kb[2]  # 3 blocks and the rest
+    owners = {ka[0]: 1, ka[1]: 1, ka[2]: 1, ka[3]: 1}
     assert best_affinity(kb, owners) == 1
     assert best_affinity(prefix_keys(list(range(5000, 5100)), 64), owners) is None
+    # A short prompt has one key, its own: asked again it goes where it went.
+    short = prefix_keys(list(range(10)), 64)
+    assert len(short) == 1 and best_affinity(short, {short[0]: 0}) == 0
+    assert prefix_keys(list(range(128)), 64) == ka[:2]  # ends at a block's end
 
 
 def test_the_cache_keeps_its_budget_only_while_requests_hit_it() -> None:

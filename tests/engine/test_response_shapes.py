@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from juggler.engine.http.response_shapes import EventNumbers, OutputItems
 from juggler.engine.structured.tool_stream import ArgsDelta, CallStart, TextDelta
 
@@ -43,4 +45,4 @@ def test_an_empty_answer_is_still_a_message_and_events_are_numbered() -> None:
     numbers = EventNumbers()
     framed = [numbers.frame(e) for e in events]
     assert framed[0].startswith(b"event: response.output_item.added\ndata: ")
-    assert b'"sequence_number": 4' in framed[-1]
+    assert json.loads(framed[-1].split(b"data: ", 1)[1])["sequence_number"] == 4

@@ -57,6 +57,17 @@ def test_utf8_character_split_over_two_tokens() -> None:
     assert a.flush() == ""
 
 
+def test_a_character_cut_in_half_at_the_end_is_held_back_not_replaced() -> None:
+    """Issue 52: "When `max_tokens` cuts a character in half the text ends in U+FFFD
+    [...] Hold incomplete UTF-8 back". Bytes that are never UTF-8 still become U+FFFD."""
+    a = Utf8Assembler()
+    assert a.feed("🌱".encode()) == "🌱"
+    assert a.feed("🌱".encode()[:2]) == ""
+    assert a.flush() == ""
+    assert a.feed(b"\xffok") == "\ufffdok"
+    assert a.flush() == ""
+
+
 def test_logprobs_are_the_log_softmax_with_the_best_tokens_first() -> None:
     logits = np.array([1.0, 3.0, 2.0, -1.0])
     lp = token_logprobs(logits, 2, 3)

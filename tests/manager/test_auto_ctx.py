@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from juggler.manager import Manager, auto_ctx
+import pytest
+
+from juggler.errors import BadRequest
+from juggler.manager import Manager, auto_ctx, fit
 from juggler.manager.auto_ctx import AUTO_CTX_FALLBACK, AUTO_CTX_MAX, auto_ctx_size
-from juggler.manager.fit import kv_bytes_per_token
+from juggler.manager.footprint import kv_bytes_per_token
 from juggler.manager.recipes import LaunchPlan, plan_launch
+from juggler.options import EngineFlags
 from juggler.registry.gguf_meta import read_info
-from juggler.types import ModelInfo
+from juggler.types import ModelInfo, ModelType
 
 from .conftest import FakeRegistry, resolve_path, run, settings
 from .fake_spawner import FakeSpawner
@@ -62,8 +66,16 @@ def test_the_plan_starts_the_backend_with_the_size_chosen(tmp_path: Path) -> Non
     assert auto.ctx_auto and auto.options.ctx_size == 8192
     argv = auto.argv(port=1)
     assert argv[argv.index("--ctx-size") + 1] == "8192"
-    tight = plan(-1, 200 << 20)
-    assert tight.options.ctx_size == 4352 and tight.launch_key() == auto.launch_key()
+    # Half of 300 MiB holds the weights and about 6826 tokens of KV, for every worker the
+    # backend will run (automatic workers: issue 47); the other half is for the process
+    # and the compute buffers, which the fit check counts as well.
+    tight = plan(-1, 300 << 20)
+    header = read_info(Path(info.checkpoint))
+    workers = auto_ctx.workers_of(s.model_options({"ctx_size": -1}), s, header)
+    expected = {1: 6656, 2: 3328}[workers]
+    assert tight.options.ctx_size == expected and tight.launch_key() == auto.launch_key()
+    tight_argv = tight.argv(port=1)
+    assert tight_argv[tight_argv.index("--workers") + 1] == str(workers)
     given = plan(8192, 24 * GIB)
     assert not given.ctx_auto and given.launch_key() != auto.launch_key()
     assert given.launch_key() == given.options.launch_key()
@@ -121,8 +133,30 @@ def test_a_listed_context_length_is_never_the_automatic_sentinel(tmp_path: Path)
     auto = s.model_options({"ctx_size": -1})
     small = 200 << 20
     shown = auto_ctx.listed_size(auto, header, 8192, s, memory_bytes=small)
-    assert shown == auto_ctx_size(header, workers=1, memory_bytes=small) == 4352
+    workers = auto_ctx.workers_of(auto, s, header)
+    assert shown == auto_ctx_size(header, workers=workers, memory_bytes=small) >= 2048
     assert auto_ctx.listed_size(auto, None, 40960, s) == 40960  # not on disk: trained
     assert auto_ctx.listed_size(auto, None, None, s) == AUTO_CTX_FALLBACK
     fixed = s.model_options({"ctx_size": 2048})
     assert auto_ctx.listed_size(fixed, header, 8192, s) == 2048
+
+
+def test_automatic_workers_are_one_where_two_would_not_fit(tmp_path: Path) -> None:
+    """Issue 47: a small model runs two workers by default (`compute.workers`), but a
+    machine that holds one worker's KV cache and not two's still loads it, with one."""
+    info = ModelInfo(name="M", checkpoint=str(smol_like(tmp_path / "m.gguf", ctx=8192)))
+    s = settings()
+    options = s.model_options({"ctx_size": 8192})
+    header = read_info(Path(info.checkpoint))
+    if auto_ctx.workers_of(options, s, header) < 2:
+        pytest.skip("one core: the automatic count is one anyway")
+    one = fit.estimate(header, EngineFlags(ctx_size=8192, workers=1), ModelType.LLM).peak
+    two = fit.estimate(header, EngineFlags(ctx_size=8192, workers=2), ModelType.LLM).peak
+    roomy = plan_launch(info, options, s, resolve_path, memory_bytes=two + (1 << 20))
+    tight = plan_launch(info, options, s, resolve_path, memory_bytes=(one + two) // 2)
+    for plan, workers in ((roomy, "2"), (tight, "1")):
+        argv = plan.argv(port=1)
+        assert argv[argv.index("--workers") + 1] == workers
+    explicit = s.model_options({"ctx_size": 8192, "llamacpp_args": "--workers 2"})
+    with pytest.raises(BadRequest, match="cannot fit"):
+        plan_launch(info, explicit, s, resolve_path, memory_bytes=(one + two) // 2)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from juggler.compute.board import ENV, BoardReader
+from juggler.compute.cpus import allowed_cpus
 from juggler.compute.plan import Share
 from juggler.manager import Manager
 from juggler.manager.compute import ComputePlanner, is_busy
@@ -152,13 +153,14 @@ def test_leases_divide_the_cores_through_the_owner(tmp_path: Path) -> None:
 def test_explicit_threads_keep_a_model_outside(tmp_path: Path) -> None:
     fake = FakeSpawner()
     reg = FakeRegistry(llamacpp("a", tmp_path / "a.gguf"))
+    cores = len(allowed_cpus())  # more is refused (issue 52)
 
     async def scenario() -> None:
-        async with running(settings(threads=3), reg, fake) as m:
+        async with running(settings(threads=cores), reg, fake) as m:
             await m.load("a")
             lease = await m.acquire("a")
             share = m.snapshot()[0].compute
-            assert share is not None and share.fixed and share.threads == 3
+            assert share is not None and share.fixed and share.threads == cores
             lease.release()
 
     run(scenario())

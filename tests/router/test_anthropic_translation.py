@@ -326,13 +326,21 @@ def test_text_then_tool_calls_stream_as_anthropic_blocks() -> None:
     assert message.usage.input_tokens == 8 and message.usage.output_tokens == 7
 
 
-def test_a_call_cut_short_by_max_tokens_stays_text_in_the_message() -> None:
-    call = {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": '{"city": "Pa'}}
-    events = _run([_chunk({"tool_calls": [call]}), _chunk({}, "length"), USAGE], max_tokens=7)
-    message = at.Message.model_validate(fold(events))
-    assert message.stop_reason == "max_tokens"
-    assert message.content[0].type == "text"
-    assert message.content[0].text == '{"name": "f", "arguments": {"city": "Pa'
+def test_a_call_cut_short_by_max_tokens_is_left_out_of_the_message() -> None:
+    """Issue 52: "Anthropic with a forced tool (`tool_choice` "any") cut by `max_tokens`
+    returned a text block holding the raw `{"name": "f", "arguments": {"` once, and a
+    `tool_use` with `input: {}` missing a required field another time. Answer as
+    Anthropic does (`stop_reason: max_tokens`, no half-parsed tool input presented as a
+    call)". A whole call before the cut one stays."""
+    whole = {"index": 0, "id": "call_0", "function": {"name": "f", "arguments": '{"city": "Oslo"}'}}
+    for cut in ('{"city": "Pa', "", '{"'):
+        call = {"index": 1, "id": "call_1", "function": {"name": "f", "arguments": cut}}
+        chunks = [_chunk({"content": "Sure."}), _chunk({"tool_calls": [whole]})]
+        events = _run([*chunks, _chunk({"tool_calls": [call]}), _chunk({}, "length"), USAGE], 7)
+        message = at.Message.model_validate(fold(events))
+        assert message.stop_reason == "max_tokens"
+        assert [b.type for b in message.content] == ["text", "tool_use"], cut
+        assert message.content[1].input == {"city": "Oslo"}  # type: ignore[union-attr]
 
 
 def test_stop_reasons() -> None:
@@ -425,3 +433,13 @@ def test_x_api_key_carries_the_api_key_and_the_admin_key(app_client: TestClient)
     assert app_client.get("/internal/config", headers={"x-api-key": "boss"}).status_code == 200
     r = app_client.get("/v1/models")
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_an_empty_string_content_is_still_one_text_block() -> None:
+    """Issue 52 refuses an empty text *block*; a string content stays as it was (the fuzz
+    run found that building its block checked it again: a 500)."""
+    body = validated(
+        MessagesRequest,
+        {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": ""}]},
+    )
+    assert chat_body(body)["messages"][-1]["role"] == "user"

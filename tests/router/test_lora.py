@@ -204,7 +204,11 @@ def test_the_limit_queues_the_extra_adapter_and_the_lora_series_shows_it(
     with server.client() as c:
         r = c.post(
             "/api/v1/load",
-            json={"model_name": DEFAULT_MODEL, "llamacpp_args": "--max-active-adapters 1"},
+            # One worker: the limit is each worker's (seed 004's MaxActiveAdapter).
+            json={
+                "model_name": DEFAULT_MODEL,
+                "llamacpp_args": "--workers 1 --max-active-adapters 1",
+            },
         )
         assert r.status_code == 200, r.text
         for name in ("a", "b"):

@@ -200,13 +200,19 @@ def choose_evictions(cached: Iterable[CachedSeq], cells_needed: int) -> list[int
 def prefix_keys(
     tokens: Sequence[int], block: int = AFFINITY_BLOCK, adapter: str | None = None
 ) -> tuple[int, ...]:
-    """Chained hashes of each whole `block` of the prompt (short prompts: none); the
-    same prompt under another LoRA adapter hashes differently (its KV differs)."""
+    """Chained hashes of each whole `block` of the prompt, then of the whole prompt when
+    it does not end at a block's end; the same prompt under another LoRA adapter hashes
+    differently (its KV differs). The last key sends a prompt asked again to the worker
+    that answered it (issue 47: with two workers, a seeded request asked again must
+    come out the same, and another worker's context decodes it over other cells)."""
     out: list[int] = []
     h = hash(adapter) if adapter is not None else 0
+    end = 0
     for end in range(block, len(tokens) + 1, block):
         h = hash((h, tuple(tokens[end - block : end])))
         out.append(h)
+    if end < len(tokens):
+        out.append(hash((h, tuple(tokens[end:]), "whole")))
     return tuple(out)
 
 

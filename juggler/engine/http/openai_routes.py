@@ -38,16 +38,16 @@ from juggler.engine.http.requests import (
     sampling_params,
 )
 from juggler.engine.http.streaming import (
+    batches,
     collect,
     ensure_connected,
-    merged,
     sse_response,
     unless_gone,
 )
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.messages import AdapterRef
-from juggler.engine.schedule.stream import EventKind, RequestStats, StreamSink
+from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
 from juggler.engine.structured.tools import (
     ToolCaps,
     ToolPlan,
@@ -135,10 +135,16 @@ def prepare_completion(
     return prompt, checked(engine, dataclasses.replace(params, top_logprobs=body.logprobs))
 
 
-async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: Request) -> Any:
+async def chat(
+    engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: Request, *, inline: bool = False
+) -> Any:
+    """`inline`: prepare the request on the event loop (a small one, `fast_lane`)."""
     t0 = time.perf_counter()
     engine.require_llm()
-    plan, prompt, params = await run_in_threadpool(prepare_chat, engine, caps, body)
+    if inline:
+        plan, prompt, params = prepare_chat(engine, caps, body)
+    else:
+        plan, prompt, params = await run_in_threadpool(prepare_chat, engine, caps, body)
     await ensure_connected(request)
     n = body.num_choices
     sinks = await start_choices(
@@ -178,34 +184,60 @@ async def chat(engine: Engine, caps: ToolCaps, body: api.ChatRequest, request: R
         logprobs = chat_logprobs(lps, piece) if wants_logprobs and lps else None
         return shape.chat_chunk(rid, name, created, delta, finish, index=c.index, logprobs=logprobs)
 
-    async def objects() -> AsyncIterator[Any]:
-        for c in choices:
-            yield chunk(c, {"role": "assistant", "content": ""})
+    contents = [
+        sse.Template(shape.chat_chunk(rid, name, created, {"content": sse.SLOT}, index=i))
+        for i in range(n)
+    ]
+
+    def frames_of(c: Choice, ev: StreamEvent) -> list[bytes]:
+        out = []
+        for delta in c.feed(ev):
+            if not wants_logprobs and len(delta) == 1 and "content" in delta:
+                out.append(contents[c.index](delta["content"]))  # a token's text
+            else:
+                out.append(sse.data(chunk(c, delta)))
+        if ev.kind is EventKind.DONE:
+            last = chunk(c, {}, c.finish_reason(ev.finish_reason))
+            last["choices"][0].update(stop_fields(ev))
+            out.append(sse.data(last))
+        return out
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield b"".join(sse.data(chunk(c, {"role": "assistant", "content": ""})) for c in choices)
         stats: list[RequestStats | None] = [None] * n
-        async for i, ev in merged(sinks):
-            c = choices[i]
-            if ev.kind is EventKind.ERROR:
-                assert ev.error is not None
-                raise ev.error
-            for delta in c.feed(ev):
-                yield chunk(c, delta)
-            if ev.kind is EventKind.DONE:
-                stats[i] = ev.stats
-                last = chunk(c, {}, c.finish_reason(ev.finish_reason))
-                last["choices"][0].update(stop_fields(ev))
-                yield last
+        async for batch in batches(sinks):
+            out: list[bytes] = []
+            for i, ev in batch:
+                if ev.kind is EventKind.ERROR:
+                    assert ev.error is not None
+                    if out:
+                        yield b"".join(out)
+                    raise ev.error
+                out += frames_of(choices[i], ev)
+                if ev.kind is EventKind.DONE:
+                    stats[i] = ev.stats
+            if out:
+                yield b"".join(out)
+        tail = []
         if body.include_usage:
             use = shape.choices_usage(stats)
-            yield shape.usage_chunk(rid, name, created, "chat.completion.chunk", use)
-        yield sse.DONE
+            tail.append(
+                sse.data(shape.usage_chunk(rid, name, created, "chat.completion.chunk", use))
+            )
+        yield b"".join([*tail, sse.DONE])
 
-    return sse_response(objects(), sinks)
+    return sse_response(frames(), sinks)
 
 
-async def completions(engine: Engine, body: api.CompletionRequest, request: Request) -> Any:
+async def completions(
+    engine: Engine, body: api.CompletionRequest, request: Request, *, inline: bool = False
+) -> Any:
     t0 = time.perf_counter()
     engine.require_llm()
-    prompt, params = await run_in_threadpool(prepare_completion, engine, body)
+    if inline:
+        prompt, params = prepare_completion(engine, body)
+    else:
+        prompt, params = await run_in_threadpool(prepare_completion, engine, body)
     await ensure_connected(request)
     n = body.num_choices
     sinks = await start_choices(
@@ -234,29 +266,45 @@ async def completions(engine: Engine, body: api.CompletionRequest, request: Requ
         use = shape.choices_usage([ev.stats for ev in finals])
         return shape.completion_response(rid, name, out, use)
     created = int(time.time())
+    texts = [
+        sse.Template(shape.completion_chunk(rid, name, created, sse.SLOT, index=i))
+        for i in range(n)
+    ]
 
-    async def objects() -> AsyncIterator[Any]:
+    def frame_of(i: int, ev: StreamEvent, offsets: list[int]) -> bytes:
+        done = ev.kind is EventKind.DONE
+        if not done and not wants_logprobs:
+            return texts[i](ev.text)  # a token's text
+        logprobs = None
+        if wants_logprobs:
+            logprobs = completion_logprobs(ev.logprobs, piece, offsets[i])
+            offsets[i] += sum(len(t) for t in logprobs["tokens"])
+        finish = openai_finish(ev.finish_reason) if done else None
+        return sse.data(
+            shape.completion_chunk(rid, name, created, ev.text, finish, index=i, logprobs=logprobs)
+        )
+
+    async def frames() -> AsyncIterator[bytes]:
         stats: list[RequestStats | None] = [None] * n
         offsets = [0] * n
-        async for i, ev in merged(sinks):
-            if ev.kind is EventKind.ERROR:
-                assert ev.error is not None
-                raise ev.error
-            done = ev.kind is EventKind.DONE
-            if ev.text or done or ev.logprobs:
-                logprobs = None
-                if wants_logprobs:
-                    logprobs = completion_logprobs(ev.logprobs, piece, offsets[i])
-                    offsets[i] += sum(len(t) for t in logprobs["tokens"])
-                finish = openai_finish(ev.finish_reason) if done else None
-                yield shape.completion_chunk(
-                    rid, name, created, ev.text, finish, index=i, logprobs=logprobs
-                )
-            if done:
-                stats[i] = ev.stats
+        async for batch in batches(sinks):
+            out: list[bytes] = []
+            for i, ev in batch:
+                if ev.kind is EventKind.ERROR:
+                    assert ev.error is not None
+                    if out:
+                        yield b"".join(out)
+                    raise ev.error
+                if ev.text or ev.kind is EventKind.DONE or ev.logprobs:
+                    out.append(frame_of(i, ev, offsets))
+                if ev.kind is EventKind.DONE:
+                    stats[i] = ev.stats
+            if out:
+                yield b"".join(out)
+        tail = []
         if body.include_usage:
             use = shape.choices_usage(stats)
-            yield shape.usage_chunk(rid, name, created, "text_completion", use)
-        yield sse.DONE
+            tail.append(sse.data(shape.usage_chunk(rid, name, created, "text_completion", use)))
+        yield b"".join([*tail, sse.DONE])
 
-    return sse_response(objects(), sinks)
+    return sse_response(frames(), sinks)

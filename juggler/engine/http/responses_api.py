@@ -83,8 +83,12 @@ def fitted(
         messages, tools = chat_messages([*system, *kept], plan, caps)
         return len(render_prompt(engine, messages, tools))
 
+    def cost(item: ChatMessage) -> int:  # its own text's tokens (issue 52: counted once)
+        calls = "".join(c.function.name + c.function.arguments for c in item.tool_calls or ())
+        return len(engine.model.tokenize(item.text() + calls, add_special=False))
+
     limit = engine.config.flags.ctx_size - reserve
-    return fit_turns(turns, tokens, max(limit, 1))
+    return fit_turns(turns, tokens, max(limit, 1), cost)
 
 
 def _assistant_turn(choice: Choice) -> ChatMessage:

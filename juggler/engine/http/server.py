@@ -32,13 +32,14 @@ from juggler.backend_key import ENV as KEY_ENV
 from juggler.backend_key import HEADER, key_matches
 from juggler.engine.http import memory, openai_routes, responses_api, slots
 from juggler.engine.http import responses as shape
+from juggler.engine.http.fast_lane import FastLane, error_response, is_small, parse
 from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.http.requests import adapter_ref, sampling_params, template_messages
 from juggler.engine.http.response_store import ResponseStore
 from juggler.engine.http.streaming import stream, unless_gone
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.stream import RequestStats
-from juggler.engine.structured.tools import ToolCaps, template_caps
+from juggler.engine.structured.tools import ToolCaps, chat_messages, template_caps, tool_plan
 from juggler.errors import BadRequest, EngineError, JugglerError, Unauthorized, render
 from juggler.options import bad_request_of
 
@@ -71,7 +72,7 @@ class RouterOnly:
         await self.app(scope, receive, send)
 
 
-def create_app(engine: Engine, key: str | None = None) -> FastAPI:
+def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
     """The backend's app; `key` (default: the environment's, see `juggler.backend_key`)
     is required on every request when set."""
     name = engine.config.model_name
@@ -88,10 +89,8 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     app = FastAPI(title="juggler-engine", lifespan=lifespan)
 
     @app.exception_handler(JugglerError)
-    async def on_juggler_error(request: Request, exc: JugglerError) -> JSONResponse:
-        retry_after = getattr(exc, "retry_after_s", None)
-        headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
-        return JSONResponse(render(exc), status_code=exc.status, headers=headers)
+    async def on_juggler_error(request: Request, exc: JugglerError) -> Response:
+        return error_response(exc)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -114,7 +113,7 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
             "model": name,
             "type": str(engine.config.type),
             "device": engine.device,
-            "workers": flags.workers,
+            "workers": engine.config.num_workers,
             "parallel": flags.parallel,
             "ctx_size": flags.ctx_size,
             "threads_batch": flags.threads_batch,
@@ -157,13 +156,28 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     # -- OpenAI ----------------------------------------------------------------------
     caps = template_caps(engine.template) if engine.is_llm else ToolCaps()
 
-    @app.post("/v1/chat/completions", response_model=None)
-    async def chat(body: api.ChatRequest, request: Request) -> Any:
-        return await openai_routes.chat(engine, caps, body, request)
+    async def chat(request: Request, raw: bytes) -> Any:
+        body = parse(raw, api.ChatRequest)
+        inline = is_small(raw, body.tools, body.response_format, body.grammar, body.json_schema)
+        return await openai_routes.chat(engine, caps, body, request, inline=inline)
 
-    @app.post("/v1/completions", response_model=None)
-    async def completions(body: api.CompletionRequest, request: Request) -> Any:
-        return await openai_routes.completions(engine, body, request)
+    async def completions(request: Request, raw: bytes) -> Any:
+        body = parse(raw, api.CompletionRequest)
+        inline = is_small(raw, body.grammar, body.json_schema)
+        return await openai_routes.completions(engine, body, request, inline=inline)
+
+    @app.post("/internal/chat_tokens")
+    async def chat_tokens(body: api.ChatRequest) -> dict[str, int]:
+        """Issue 52: the prompt tokens of a chat, from the template and the tokenizer
+        alone (no prefill): Anthropic's count_tokens. The same rendering a chat gets."""
+        engine.require_llm()
+
+        def count() -> int:
+            plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
+            messages, tools = chat_messages(body.messages, plan, caps)
+            return len(openai_routes.render(engine, messages, tools))
+
+        return {"prompt_tokens": await run_in_threadpool(count)}
 
     # -- the Responses API -----------------------------------------------------------
     store = ResponseStore(engine.end_session, cell_budget=engine.config.flags.ctx_size // 2)
@@ -249,9 +263,10 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
         return {"content": text.decode("utf-8", errors="replace")}
 
     # -- embeddings / reranking ------------------------------------------------------
+    # Issue 52: the work stops (at its next piece) once the client left.
     @app.post("/v1/embeddings")
-    async def embeddings(body: api.EmbeddingRequest) -> dict[str, Any]:
-        vecs, n_tokens = await engine.embed(body.inputs())
+    async def embeddings(body: api.EmbeddingRequest, request: Request) -> dict[str, Any]:
+        vecs, n_tokens = await unless_gone(request, engine.embed(body.inputs()))
         return {
             "object": "list",
             "model": name,
@@ -261,8 +276,8 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         }
 
-    async def rerank(body: api.RerankRequest) -> dict[str, Any]:
-        scores, n_tokens = await engine.rerank(body.query, body.documents)
+    async def rerank(body: api.RerankRequest, request: Request) -> dict[str, Any]:
+        scores, n_tokens = await unless_gone(request, engine.rerank(body.query, body.documents))
         order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
         if body.top_n is not None:
             order = order[: body.top_n]
@@ -282,6 +297,5 @@ def create_app(engine: Engine, key: str | None = None) -> FastAPI:
     app.post("/v1/rerank")(rerank)
     app.post("/v1/reranking")(rerank)
     app.post("/rerank")(rerank)
-    if key:
-        app.add_middleware(RouterOnly, key=key)
-    return app
+    lane = FastLane(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
+    return RouterOnly(lane, key=key) if key else lane

@@ -73,37 +73,53 @@ def cancel_all(sinks: Sequence[StreamSink]) -> None:
         sink.cancel()  # no-op when finished; stops the worker if the client left
 
 
-async def merged(sinks: Sequence[StreamSink]) -> AsyncIterator[tuple[int, StreamEvent]]:
-    """(choice index, event) for every event of every sink, in arrival order, until each
-    sink has sent its final event."""
+#: What arrived together: (choice index, event) pairs, in arrival order.
+Batch = list[tuple[int, StreamEvent]]
+
+
+async def batches(sinks: Sequence[StreamSink]) -> AsyncIterator[Batch]:
+    """Every choice's events as they come, what arrived together in one batch (a consumer
+    that fell behind formats and writes them at once), until each sink has sent its
+    final event."""
     if len(sinks) == 1:
+        sink = sinks[0]
         while True:
-            ev = await sinks[0].get()
-            yield 0, ev
-            if ev.kind is not EventKind.TOKEN:
+            evs = await sink.take()
+            yield [(0, ev) for ev in evs]
+            if evs[-1].kind is not EventKind.TOKEN:
                 return
-    queue: asyncio.Queue[tuple[int, StreamEvent]] = asyncio.Queue()
+    queue: asyncio.Queue[Batch] = asyncio.Queue()
 
     async def pump(i: int, sink: StreamSink) -> None:
         while True:
-            ev = await sink.get()
-            queue.put_nowait((i, ev))
-            if ev.kind is not EventKind.TOKEN:
+            evs = await sink.take()
+            queue.put_nowait([(i, ev) for ev in evs])
+            if evs[-1].kind is not EventKind.TOKEN:
                 return
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(sinks)]
     try:
         left = len(sinks)
         while left:
-            i, ev = await queue.get()
-            left -= ev.kind is not EventKind.TOKEN
-            yield i, ev
+            batch = await queue.get()
+            while not queue.empty():
+                batch += queue.get_nowait()
+            left -= sum(ev.kind is not EventKind.TOKEN for _, ev in batch)
+            yield batch
     finally:
         for t in tasks:
             t.cancel()
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+
+
+async def merged(sinks: Sequence[StreamSink]) -> AsyncIterator[tuple[int, StreamEvent]]:
+    """(choice index, event) for every event of every sink, in arrival order, until each
+    sink has sent its final event."""
+    async for batch in batches(sinks):
+        for item in batch:
+            yield item
 
 
 async def collect(sinks: Sequence[StreamSink], request: Request | None = None) -> list[StreamEvent]:
@@ -180,22 +196,28 @@ def stream(
 ) -> StreamingResponse:
     """An SSE response for one generation: `head` objects, one object per token event
     (`on_token`, None sends nothing), then `on_done`'s objects and [DONE]; an error ends
-    the stream with an error object instead."""
+    the stream with an error object instead. The events that arrived together go out in
+    one write."""
 
-    async def objects() -> AsyncIterator[Any]:
-        for obj in head or []:
-            yield obj
-        async for _, ev in merged([sink]):
-            if ev.kind is EventKind.TOKEN or ev.text:
-                obj = on_token(ev.text, ev.token_ids)
-                if obj is not None:
-                    yield obj
-            if ev.kind is EventKind.DONE:
-                for obj in on_done(ev.finish_reason, ev.stats):
-                    yield obj
-                yield sse.DONE
-            elif ev.kind is EventKind.ERROR:
-                assert ev.error is not None
-                raise ev.error
+    async def frames() -> AsyncIterator[bytes]:
+        if head:
+            yield b"".join(sse.data(obj) for obj in head)
+        async for batch in batches([sink]):
+            out: list[bytes] = []
+            for _, ev in batch:
+                if ev.kind is EventKind.TOKEN or ev.text:
+                    obj = on_token(ev.text, ev.token_ids)
+                    if obj is not None:
+                        out.append(sse.data(obj))
+                if ev.kind is EventKind.DONE:
+                    out.extend(sse.data(obj) for obj in on_done(ev.finish_reason, ev.stats))
+                    out.append(sse.DONE)
+                elif ev.kind is EventKind.ERROR:
+                    assert ev.error is not None
+                    if out:
+                        yield b"".join(out)
+                    raise ev.error
+            if out:
+                yield b"".join(out)
 
-    return sse_response(objects(), [sink])
+    return sse_response(frames(), [sink])

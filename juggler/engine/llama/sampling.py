@@ -75,7 +75,12 @@ def token_logprobs(logits: Any, token: int, k: int) -> TokenLogprob:
 
 
 class Utf8Assembler:
-    """Turns token byte pieces into text without splitting multi-byte characters."""
+    """Turns token byte pieces into text without splitting multi-byte characters.
+
+    Bytes that can never be UTF-8 become U+FFFD as they come. The start of a character
+    that the generation ended before completing (`max_tokens` cut it in half) is held
+    back and dropped at `flush`: what a client receives is whole characters, never a
+    U+FFFD that stands for half of one (issue 52)."""
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -84,7 +89,9 @@ class Utf8Assembler:
         return self._decoder.decode(data)
 
     def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
+        """The end of the text: "" (an incomplete last character is dropped)."""
+        self._decoder.reset()
+        return ""
 
 
 class StopMatcher:

@@ -15,7 +15,7 @@ The receiver answers by resolving the command's `reply` future (a worker through
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from juggler.engine.llama.sampling import SamplingParams
@@ -95,6 +95,17 @@ class Complete:
     adapter: AdapterRef | None = None
 
 
+@dataclass(eq=False)
+class Abandon:
+    """Set on the event loop when the caller of an embedding or rerank left; the worker
+    reads it between pieces and drops the request (one writer, one reader, a bool)."""
+
+    is_set: bool = False
+
+    def set(self) -> None:
+        self.is_set = True
+
+
 @dataclass(frozen=True, eq=False)
 class Embed:
     """Token lists, one per input (one sequence each); answers one vector per input."""
@@ -102,6 +113,7 @@ class Embed:
     request_id: str
     reply: asyncio.Future[list[list[float]]]
     inputs: tuple[tuple[int, ...], ...]
+    abandon: Abandon = field(default_factory=Abandon)
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,6 +123,7 @@ class Rerank:
     request_id: str
     reply: asyncio.Future[list[list[float]]]
     inputs: tuple[tuple[int, ...], ...]
+    abandon: Abandon = field(default_factory=Abandon)
 
 
 @dataclass(frozen=True, eq=False)

@@ -137,9 +137,27 @@ def visit_schema(conv: SchemaConverter, schema: Any, name: str, *, param: str) -
         ) from None
 
 
+#: A UTF-16 surrogate pair as the converter escapes a character past U+FFFF.
+_SURROGATES = re.compile(
+    r"(?<!\\)((?:\\\\)*)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})", re.IGNORECASE
+)
+
+
+def _whole_characters(grammar: str) -> str:
+    """The converter writes a literal's characters past U+FFFF (an emoji in an `enum`)
+    as JSON does, two `\\u` surrogates, which llama.cpp reads as two code points and
+    samples as invalid UTF-8 (each a U+FFFD for the client, issue 52): one `\\U`."""
+
+    def one(m: re.Match[str]) -> str:
+        high, low = int(m[2], 16), int(m[3], 16)
+        return f"{m[1]}\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
+
+    return _SURROGATES.sub(one, grammar)
+
+
 def finish(conv: SchemaConverter, *, param: str, extra: str = "") -> str:
     """The converter's rules (plus `extra` rules) as one guarded grammar."""
-    grammar = conv.format_grammar() + (f"\n{extra}" if extra else "")
+    grammar = _whole_characters(conv.format_grammar()) + (f"\n{extra}" if extra else "")
     return guard(grammar, param=param, max_chars=MAX_BUILT_GRAMMAR_CHARS, client=False)
 
 

@@ -50,9 +50,14 @@ class SlotState:
         }
 
 
+#: Every empty sequence's state (a snapshot holds one per sequence: 64 with `--parallel
+#: 64`, taken as requests start and end).
+_EMPTY = SlotState()
+
+
 def _state(s: Session | None) -> SlotState:
     if s is None:
-        return SlotState()
+        return _EMPTY
     gen = s.generation
     if gen is None:
         return SlotState(cache_tokens=s.n_past)

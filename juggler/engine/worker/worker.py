@@ -311,6 +311,8 @@ class Worker(OwnerThread):
         busy: bool | None = self.has_work()
         waiting_idle = not busy
         timeout = cfg.idle_wait_s if waiting_idle else 0.0
+        if waiting_idle and self.governor is not None:
+            self.governor.idle(self.worker_id)
         while True:
             if timeout:  # about to block: never sleep on undelivered replies
                 self.outbox.flush()

@@ -179,9 +179,11 @@ class MessageEvents:
 
 def fold(events: list[Event]) -> dict[str, Any]:
     """The events of one answer as its `Message` (as the SDK accumulates a stream). A
-    tool call cut short by `max_tokens` (its input does not parse) stays text."""
+    tool call whose input is not a whole JSON object (`max_tokens` cut it short, and the
+    message says `max_tokens`) is left out, never shown as a call with half its input or
+    as text (issue 52)."""
     message: dict[str, Any] = dict(events[0]["message"])
-    blocks: list[dict[str, Any]] = []
+    blocks: list[dict[str, Any] | None] = []
     inputs: dict[int, str] = {}
     for ev in events[1:]:
         kind = ev["type"]
@@ -189,26 +191,27 @@ def fold(events: list[Event]) -> dict[str, Any]:
             blocks.append(dict(ev["content_block"]))
         elif kind == "content_block_delta":
             delta = ev["delta"]
-            if delta["type"] == "text_delta":
-                blocks[ev["index"]]["text"] += delta["text"]
+            block = blocks[ev["index"]]
+            if delta["type"] == "text_delta" and block is not None:
+                block["text"] += delta["text"]
             else:
                 inputs[ev["index"]] = inputs.get(ev["index"], "") + delta["partial_json"]
-        elif kind == "content_block_stop" and blocks[ev["index"]]["type"] == "tool_use":
-            blocks[ev["index"]] = _tool_block(blocks[ev["index"]], inputs.get(ev["index"], ""))
+        elif kind == "content_block_stop":
+            block = blocks[ev["index"]]
+            if block is not None and block["type"] == "tool_use":
+                blocks[ev["index"]] = _tool_block(block, inputs.get(ev["index"], ""))
         elif kind == "message_delta":
             message.update(ev["delta"], usage=ev["usage"])
-    return {**message, "content": blocks}
+    return {**message, "content": [b for b in blocks if b is not None]}
 
 
-def _tool_block(block: dict[str, Any], arguments: str) -> dict[str, Any]:
+def _tool_block(block: dict[str, Any], arguments: str) -> dict[str, Any] | None:
+    """The call with its parsed input; None when its input is not a whole JSON object."""
     try:
-        parsed = json.loads(arguments or "{}")
+        parsed = json.loads(arguments)
     except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        return {**block, "input": parsed}
-    name = json.dumps(block["name"], ensure_ascii=False)
-    return {"type": "text", "text": f'{{"name": {name}, "arguments": {arguments}'}
+        return None
+    return {**block, "input": parsed} if isinstance(parsed, dict) else None
 
 
 # -- the route's side ------------------------------------------------------------------------

@@ -89,7 +89,10 @@ def _turns(messages: list[AnthropicMessage]) -> list[tuple[str, list[tuple[str, 
     for i, m in enumerate(messages):
         blocks: list[tuple[str, Any]]
         if isinstance(m.content, str):
-            blocks = [(f"messages.{i}.content", AnthropicTextBlock(type="text", text=m.content))]
+            # A string content is one text block, already validated (an empty string
+            # stays what it was; only an empty text block is refused).
+            text = AnthropicTextBlock.model_construct(type="text", text=m.content)
+            blocks = [(f"messages.{i}.content", text)]
         else:
             blocks = [(f"messages.{i}.content.{j}", b) for j, b in enumerate(m.content)]
         if turns and turns[-1][0] == m.role and m.role != "system":

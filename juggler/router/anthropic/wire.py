@@ -65,7 +65,8 @@ class CacheControl(Strict):
 
 class AnthropicTextBlock(Strict):
     type: Literal["text"]
-    text: StrictStr
+    #: Anthropic refuses an empty text block ("text content blocks must be non-empty").
+    text: StrictStr = Field(min_length=1)
     cache_control: CacheControl | None = None
     #: Citations of an earlier answer, sent back as it came (no effect on the prompt).
     citations: list[Any] | None = None
@@ -135,7 +136,9 @@ Block = Annotated[
     Discriminator(_kind),
 ]
 MessageContent = Annotated[
-    Annotated[StrictStr, Tag("<str>")] | Annotated[list[Block], Tag("<list>")], _TEXT_OR_LIST
+    Annotated[StrictStr, Tag("<str>")]
+    | Annotated[list[Block], Field(min_length=1), Tag("<list>")],  # `[]`: 400 naming it
+    _TEXT_OR_LIST,
 ]
 SystemContent = Annotated[
     Annotated[StrictStr, Tag("<str>")] | Annotated[list[AnthropicTextBlock], Tag("<list>")],

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from juggler.api.openai import MAX_CHARS_PER_TOKEN
 from juggler.errors import ContextOverflow
 
-#: Characters per token no tokenizer averages above (BPE tokens are a few characters).
-MAX_CHARS_PER_TOKEN = 32
+__all__ = ["MAX_CHARS_PER_TOKEN", "min_tokens", "prompt_refusal"]
 
 
 def _chars(value: Any) -> int:

@@ -30,6 +30,7 @@ import httpx
 
 from juggler.api.histogram import TPOT_BUCKETS, TTFT_BUCKETS, Histogram
 from juggler.manager.snapshot import ServerSnapshot, ServerState
+from juggler.router.core.backend_http import BackendPool
 
 log = logging.getLogger("juggler.router")
 
@@ -177,11 +178,11 @@ class FiguresPoller:
     def __init__(
         self,
         servers: Callable[[], list[ServerSnapshot]],
-        client: httpx.AsyncClient,
+        pool: BackendPool,
         interval_s: float = INTERVAL_S,
     ) -> None:
         self._servers = servers
-        self._client = client
+        self._pool = pool
         self.interval_s = interval_s
         #: server_id -> its latest figures (ready servers only).
         self._latest: dict[int, BackendFigures] = {}
@@ -283,8 +284,7 @@ class FiguresPoller:
         if snap.recipe != "llamacpp":
             return replace(base, running=snap.in_flight)
         try:
-            response = await self._client.get(snap.backend_url + "/stats", timeout=FETCH_TIMEOUT_S)
-            data = response.json()
-        except (httpx.HTTPError, ValueError):
+            data = await self._pool.get_json(snap.backend_url + "/stats", FETCH_TIMEOUT_S)
+        except (httpx.HTTPError, ValueError, TimeoutError):
             return base  # keep what it said last
         return parse_stats(base, data) if isinstance(data, dict) else base

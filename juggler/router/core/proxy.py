@@ -17,10 +17,12 @@ import httpx
 from fastapi import Request, Response
 
 from juggler.api.streams import ClosingStreamingResponse
+from juggler.backend_key import backend_headers
 from juggler.errors import BackendDead, Overloaded, TooManyRequests
 from juggler.manager.lease import Lease
 from juggler.manager.manager import Manager
 from juggler.router.core.admission import prompt_refusal
+from juggler.router.core.backend_http import BackendPool, BackendResponse
 from juggler.router.core.drain import Drain
 from juggler.router.core.relay import Relay
 
@@ -58,11 +60,14 @@ class Proxy:
         self.drain = drain or Drain(0.0)
         self.drain.on_expire(self._cut_all)
         self._relays: set[Relay] = set()
+        #: For the router's own calls to backends (figures, adapters, sessions).
         self.client = httpx.AsyncClient(
             timeout=TIMEOUT,
             limits=httpx.Limits(max_connections=None),
             auth=manager.backend_auth,  # each backend answers only with its key
         )
+        #: For forwarded requests, the per-token path (see `backend_http`).
+        self.pool = BackendPool(backend_headers(manager.backend_auth))
         #: (model_name, backend_url) of the most recent inference request.
         self.last_served: tuple[str, str] | None = None
         #: Requests waiting in `manager.acquire` (for a load, or for an eviction to end).
@@ -72,6 +77,7 @@ class Proxy:
         self.on_activity: Callable[[], None] = lambda: None
 
     async def aclose(self) -> None:
+        self.pool.close()
         await self.client.aclose()
 
     async def acquire(self, model: str, load_options: Mapping[str, Any] | None = None) -> Lease:
@@ -103,12 +109,11 @@ class Proxy:
         path: str,
         body: Any,
         headers: dict[str, str] | None = None,
-    ) -> httpx.Response:
-        request = self.client.build_request(
-            method, lease.backend_url + path, json=body, headers=headers
-        )
+    ) -> BackendResponse:
         self.on_activity()
-        response = await self.client.send(request, stream=True)
+        response = await self.pool.request(
+            method, lease.backend_url + path, body=body, headers=headers
+        )
         self.last_served = (lease.model_name, lease.backend_url)
         lease.on_release(self.on_activity)
         return response
@@ -120,7 +125,7 @@ class Proxy:
         path: str,
         body: Any,
         load_options: Mapping[str, Any] | None = None,
-    ) -> tuple[Lease, httpx.Response]:
+    ) -> tuple[Lease, BackendResponse]:
         """Acquire the model and open the backend response (headers read, body not).
 
         A backend that fails before answering (refused connection, or a pooled keep-alive
@@ -240,7 +245,7 @@ class Proxy:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
-    async def _relay(self, lease: Lease, response: httpx.Response) -> AsyncIterator[bytes]:
+    async def _relay(self, lease: Lease, response: BackendResponse) -> AsyncIterator[bytes]:
         """Yield backend bytes as they come (see relay.Relay); the lease is released when
         the stream ends, however it ends."""
         relay = Relay(

@@ -1,9 +1,10 @@
 """Relay one backend SSE stream to one client, and cut it cleanly when asked.
 
-A reader task copies the backend's chunks into a small bounded queue; the response
-generator yields them. The bound keeps backpressure intact: a client that stops reading
-stops the reader, the backend's own stream queue fills, and the engine ends that
-generation (seed 003: "Do not block the inference loop waiting on a slow consumer").
+The response generator reads the backend's body as it arrives (`backend_http`) and
+yields what came together as one chunk. Backpressure holds: a client that stops reading
+stops the generator, the backend connection stops being read past its high-water mark,
+the backend's own stream queue fills, and the engine ends that generation (seed 003:
+"Do not block the inference loop waiting on a slow consumer").
 `cut(error)` (the graceful drain's deadline) ends the stream with an error event at
 once, even while it waits for a chunk: no stream is ever cut without a word.
 
@@ -15,8 +16,6 @@ away), so the backend's lease is released at once.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -26,10 +25,8 @@ from fastapi.responses import StreamingResponse
 
 from juggler.api import sse
 from juggler.errors import BackendDead, JugglerError
+from juggler.router.core.backend_http import BackendResponse
 
-#: Chunks buffered between the backend and a client.
-QUEUE_CHUNKS = 64
-_END = b""
 T = TypeVar("T")
 #: A relayed stream's events: the JSON objects of its `data:` lines.
 Events = AsyncIterator[dict[str, Any]]
@@ -38,47 +35,42 @@ Events = AsyncIterator[dict[str, Any]]
 class Relay:
     def __init__(
         self,
-        response: httpx.Response,
+        response: BackendResponse,
         model: str,
         on_backend_failure: Callable[[], Awaitable[None]],
     ) -> None:
         self.response = response
         self.model = model
         self._on_backend_failure = on_backend_failure
-        self._chunks: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_CHUNKS)
-        self._failure: BaseException | None = None
         self._cut: JugglerError | None = None
 
     def cut(self, error: JugglerError) -> None:
         """End the stream with `error` as its last event (event loop only)."""
         if self._cut is None:
             self._cut = error
-            if self._chunks.empty():
-                self._chunks.put_nowait(_END)  # wake the generator if it waits
-
-    async def _pump(self) -> None:
-        try:
-            async for chunk in self.response.aiter_raw():
-                if chunk:
-                    await self._chunks.put(chunk)
-        except httpx.TransportError as exc:
-            self._failure = exc
-        await self._chunks.put(_END)
+            self.response.interrupt()  # wake the stream if it waits for the backend
 
     async def stream(self) -> AsyncGenerator[bytes, None]:
-        """The client's body. Closing it (client gone) closes the backend response, which
-        cancels the generation there."""
-        reader = asyncio.create_task(self._pump())
+        """The client's body: the backend's bytes as they come, the pieces that arrived
+        together in one chunk. Closing it (client gone) closes the backend response,
+        which cancels the generation there."""
+        failed = False
         try:
-            while True:
-                chunk = await self._chunks.get()
-                if self._cut is not None:
-                    yield sse.error(self._cut)
-                    return
-                if not chunk:  # _END: the backend finished or failed
+            while self._cut is None:
+                try:
+                    chunk = await self.response.read_some()
+                except httpx.TransportError:
+                    failed = True
+                    break
+                if chunk is None:  # interrupted: cut
+                    continue
+                if not chunk:  # the backend finished
                     break
                 yield chunk
-            if self._failure is not None:
+            if self._cut is not None:
+                yield sse.error(self._cut)
+                return
+            if failed:
                 await self._on_backend_failure()
                 yield sse.error(BackendDead(f"backend for {self.model!r} died mid-stream"))
         finally:
@@ -86,9 +78,6 @@ class Relay:
             # cancellation would otherwise end every await here before the backend
             # response is closed, and the generation there would run on for nobody.
             with anyio.CancelScope(shield=True):
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reader
                 await self.response.aclose()
 
 

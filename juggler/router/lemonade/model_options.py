@@ -14,7 +14,10 @@ The layers, for Juggler:
 `null` removes an option" (an empty `llamacpp_args` too); "`dry_run: true` validates and
 resolves the request identically but persists nothing"; "A `400` reports an unrecognized
 option name, ... a value of the wrong type, or an invalid `ctx_size`, and nothing from
-that request is saved"; "Saving never loads or reloads the model". `pinned` "is not
+that request is saved"; "Saving never loads or reloads the model". Issue 52: the
+saved options pass the checks a load runs (`Manager.check_options`), so a value no load
+could take (threads beyond the cores, workers x parallel that cannot fit) is a 400
+naming it, and nothing is saved. `pinned` "is not
 settable here and is omitted from `effective` and `defaults`". `DELETE` erases the entry.
 
 `ctx_size: -1` is Lemonade's automatic size: `resolved_ctx_size` says what it comes to
@@ -128,6 +131,10 @@ async def set_options(model_id: str, request: Request) -> dict[str, Any]:
     saved = state.pins.saved_options(name)
     after = merged(saved, changes)
     answer = await view(state, model_id, recipe, saved, after)  # 400 before any save
+    # Issue 52: what is saved is what every later load takes, so it passes a load's
+    # checks first (threads beyond the cores, a load that cannot fit: 400 naming it).
+    options = state.settings.model_options(None, saved=after)
+    await state.manager.check_options(name, options)
     if dry_run:
         return answer
     state.pins.save_options(name, after)

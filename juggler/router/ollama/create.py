@@ -12,11 +12,13 @@ upload; an upload is not limited by `max_body_bytes` (it streams to disk) but by
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -33,6 +35,7 @@ from juggler.router.ollama import wire as ol
 from juggler.router.ollama.models import inferred_labels
 from juggler.router.ollama.uploads import UploadBudget
 from juggler.router.ollama.wire import NDJSON, line
+from juggler.types import ModelInfo
 
 router = APIRouter()
 _DIGEST = re.compile(r"^sha256[:-](?P<hex>[0-9a-f]{64})$")
@@ -99,6 +102,10 @@ async def blob_upload(digest: str, request: Request) -> Response:
 
 @router.post("/api/create", openapi_extra=body_of(ol.CreateBody))
 async def create(request: Request) -> Response:
+    """Issue 52: the new model's name compares as Ollama compares names (`M1` updates
+    `m1`); a model is not made `from` itself; its `parameters` pass the checks a load
+    runs (a `num_ctx` past what the model was trained for is refused here, not at every
+    later use). All before anything is registered or saved."""
     state = state_of(request)
     body, _ = await parse(request, ol.CreateBody)
     ol.refuse_set(
@@ -117,19 +124,52 @@ async def create(request: Request) -> Response:
         raise NotImplementedParam(
             f"parameters.{next(iter(sampling))}", "models keep load options only, not sampling"
         )
-    state.registry.check_new_name(body.model, ollama=True)
+    name = state.registry.existing_name(body.model)
+    state.registry.check_new_name(name, ollama=True)
     checkpoint = _create_source(state, body, is_local_owner(request))
     if checkpoint is None:
-        state.registry.copy_model(str(body.from_), body.model)
+        source = state.registry.lookup(str(body.from_))
+        if source.name == name:
+            raise BadRequest(f"from: {body.from_!r} is the model being created", param="from")
+        info = dataclasses.replace(source, name=name)
     else:
-        labels = inferred_labels(checkpoint)
-        state.registry.add_user_model(body.model, checkpoint=checkpoint, labels=labels, ollama=True)
+        info = ModelInfo(name=name, checkpoint=checkpoint, labels=inferred_labels(checkpoint))
+    await _check_parameters(state, info, load)
+    if checkpoint is None:
+        state.registry.copy_model(source.name, name)
+    else:
+        state.registry.add_user_model(name, checkpoint=checkpoint, labels=info.labels, ollama=True)
     if load:
-        state.pins.save_options(body.model, load)
+        state.pins.save_options(name, load)
     if not body.stream:
         return JSONResponse({"status": "success"})
     lines = [line({"status": s}) for s in ("using existing layer", "writing manifest", "success")]
     return Response(b"".join(lines), media_type=NDJSON)
+
+
+#: Juggler's load options and the Ollama parameters they come from (for the 400's name).
+_PARAMETER_OF = {
+    "ctx_size": "num_ctx",
+    "threads": "num_thread",
+    "batch_size": "num_batch",
+    "llamacpp_backend": "num_gpu",
+}
+
+
+async def _check_parameters(state: RouterState, info: ModelInfo, load: dict[str, Any]) -> None:
+    """The checks a load of the new model with `load` runs; a 400 names the parameter."""
+    if not load:
+        return
+    options = state.settings.model_options(None, saved=load)
+    try:
+        await state.manager.check_options(info, options)
+    except BadRequest as exc:
+        param = _PARAMETER_OF.get(exc.param or "")
+        if param is None:
+            raise
+        raise BadRequest(
+            f"parameters.{param}: {exc.message}", param=f"parameters.{param}"
+        ) from None
 
 
 def _create_source(state: RouterState, body: ol.CreateBody, admin: bool) -> str | None:

@@ -17,7 +17,7 @@ import asyncio
 import json
 from typing import Any
 
-from fastapi import Response
+from fastapi import Request, Response
 
 from juggler.errors import ContextOverflow, JugglerError
 from juggler.router.core.catalog_view import file_facts
@@ -31,17 +31,23 @@ _FIT_ROUNDS = 4
 
 
 async def embed_texts(
-    state: RouterState, model: str, texts: list[str], *, truncate: bool
+    state: RouterState,
+    model: str,
+    texts: list[str],
+    *,
+    truncate: bool,
+    client: Request | None = None,
 ) -> tuple[list[list[float]], int]:
     """(one vector per text, prompt tokens) from `model`'s backend. Raises the backend's
-    error (ContextOverflow with `truncate` off for an input that does not fit)."""
-    response = await _embeddings(state, model, texts)
+    error (ContextOverflow with `truncate` off for an input that does not fit). If
+    `client` leaves, the backend request is closed, which stops its work (issue 52)."""
+    response = await _embeddings(state, model, texts, client)
     if _too_long(response):
         if not truncate:  # Ollama's words first, then which input and by how much
             error = backend_error(response)
             raise ContextOverflow(f"{oe.TOO_LONG} ({error.message})", param="input")
         texts = await _fitted(state, model, texts)
-        response = await _embeddings(state, model, texts)
+        response = await _embeddings(state, model, texts, client)
     if response.status_code >= 400:
         raise backend_error(response)
     data = json.loads(bytes(response.body))
@@ -49,8 +55,11 @@ async def embed_texts(
     return [r["embedding"] for r in rows], int(data.get("usage", {}).get("prompt_tokens", 0))
 
 
-async def _embeddings(state: RouterState, model: str, texts: list[str]) -> Response:
-    return await state.proxy.forward(model, "/v1/embeddings", {"model": model, "input": texts})
+async def _embeddings(
+    state: RouterState, model: str, texts: list[str], client: Request | None
+) -> Response:
+    body = {"model": model, "input": texts}
+    return await state.proxy.forward(model, "/v1/embeddings", body, client_request=client)
 
 
 def _too_long(response: Response) -> bool:
@@ -61,6 +70,16 @@ def _too_long(response: Response) -> bool:
     except (ValueError, AttributeError):
         return False
     return isinstance(err, dict) and err.get("code") == ContextOverflow.code
+
+
+async def vector_size(state: RouterState, model: str) -> int | None:
+    """The length of `model`'s embeddings, from its GGUF header (None: not known before
+    it is loaded), so that `dimensions` is checked before anything is computed."""
+    facts = await asyncio.to_thread(file_facts, state.registry.get(model))
+    if facts.gguf is None:
+        return None
+    size = facts.gguf.metadata.get(f"{facts.gguf.architecture}.embedding_length")
+    return size if isinstance(size, int) and size > 0 else None
 
 
 async def _limit(state: RouterState, model: str) -> int:

@@ -254,10 +254,11 @@ async def copy(request: Request) -> dict[str, Any]:
     state = state_of(request)
     body, _ = await parse(request, ol.CopyBody)
     source = state.registry.lookup(body.source)
-    state.registry.copy_model(source.name, body.destination)
+    destination = state.registry.existing_name(body.destination)  # as Ollama compares
+    state.registry.copy_model(source.name, destination)
     saved = state.pins.saved_options(source.name)
     if saved:
-        state.pins.save_options(body.destination, saved)
+        state.pins.save_options(destination, saved)
     return {"status": "success"}
 
 

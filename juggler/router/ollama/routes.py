@@ -28,7 +28,7 @@ from juggler.router.core.relay import read_whole, translated
 from juggler.router.ollama import embed_rules as oe
 from juggler.router.ollama import wire as ol
 from juggler.router.ollama.answer import OllamaAnswer, backend_error
-from juggler.router.ollama.embed import embed_texts
+from juggler.router.ollama.embed import embed_texts, vector_size
 from juggler.router.ollama.options import OllamaRequestOptions
 from juggler.router.ollama.request import (
     chat_request,
@@ -125,12 +125,13 @@ async def generate(request: Request) -> Any:
 
 
 async def _embed(
-    state: RouterState,
+    request: Request,
     model: str,
     texts: list[str],
     body: ol.EmbedBody | ol.EmbeddingsBody,
     truncate: bool,
 ) -> tuple[list[list[float]], int]:
+    state = state_of(request)
     options = request_options(body)
     options.refuse_sampling("embeddings do not sample")
     await ensure_options(state, model, options.load)
@@ -138,7 +139,7 @@ async def _embed(
         await state.manager.load(model, current_options(state, model) or None)
         await keep_alive_after(state, model, options)
         return [], 0
-    vectors, n_tokens = await embed_texts(state, model, texts, truncate=truncate)
+    vectors, n_tokens = await embed_texts(state, model, texts, truncate=truncate, client=request)
     await keep_alive_after(state, model, options)
     return vectors, n_tokens
 
@@ -156,7 +157,11 @@ async def embed(request: Request) -> dict[str, Any]:
     else:
         texts = list(body.input)
     truncate = body.truncate is not False
-    vectors, n_tokens = await _embed(state, model, texts, body, truncate)
+    if body.dimensions is not None:  # issue 52: refused before anything is computed
+        size = await vector_size(state, model)
+        if size is not None:
+            oe.check_dimensions(body.dimensions, size)
+    vectors, n_tokens = await _embed(request, model, texts, body, truncate)
     if vectors:
         oe.check_dimensions(body.dimensions, len(vectors[0]))
     return {
@@ -175,7 +180,7 @@ async def embeddings(request: Request) -> dict[str, Any]:
     body, _ = await parse(request, ol.EmbeddingsBody)
     model = state.registry.lookup(body.model).name
     texts = [body.prompt] if body.prompt else []
-    vectors, _ = await _embed(state, model, texts, body, True)
+    vectors, _ = await _embed(request, model, texts, body, True)
     if not vectors and body.prompt:
         raise BadRequest("the backend returned no embedding", param="prompt")
     return {"embedding": vectors[0] if vectors else []}

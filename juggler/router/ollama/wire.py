@@ -13,7 +13,7 @@ import datetime as dt
 import json
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from juggler.api.openai import MAX_INPUTS, MAX_MESSAGES, capped
 from juggler.api.structured import Tool
@@ -45,11 +45,27 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _not_a_bool(what: str) -> Any:
+    """A before-validator refusing `true` / `false` where Ollama wants a number or a
+    duration (issue 52: `keep_alive: true` was read as 1 s, `dimensions: true` as 1)."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"{what}, not a boolean")
+        return value
+
+    return BeforeValidator(check)
+
+
+#: Seconds, or a Go duration ("5m"); Ollama refuses a boolean.
+KeepAlive = Annotated[float | StrictStr | None, _not_a_bool("a number of seconds or a duration")]
+
+
 class _Generating(_Body):
     model: StrictStr = Field(min_length=1)
     stream: StrictBool = True
     options: dict[StrictStr, Any] | None = None
-    keep_alive: float | StrictStr | None = None
+    keep_alive: KeepAlive = None
     format: Format = None
     think: StrictBool | StrictStr | None = None
     logprobs: StrictBool | None = None
@@ -79,15 +95,15 @@ class EmbedBody(_Body):
     input: Annotated[StrictStr | list[StrictStr], capped(MAX_INPUTS, "inputs")]
     truncate: StrictBool | None = None
     options: dict[StrictStr, Any] | None = None
-    keep_alive: float | StrictStr | None = None
-    dimensions: int | None = Field(None, ge=1)
+    keep_alive: KeepAlive = None
+    dimensions: StrictInt | None = Field(None, ge=1)
 
 
 class EmbeddingsBody(_Body):
     model: StrictStr = Field(min_length=1)
     prompt: StrictStr | None = None
     options: dict[StrictStr, Any] | None = None
-    keep_alive: float | StrictStr | None = None
+    keep_alive: KeepAlive = None
 
 
 class NameBody(_Body):

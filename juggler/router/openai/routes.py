@@ -162,10 +162,12 @@ async def completions(request: Request) -> Response:
 @router.post("/embeddings", openapi_extra=body_of(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
     model, raw = await parse_for_model(request, EmbeddingRequest)
+    proxy = state_of(request).proxy
+    # Issue 52: a client that leaves gets the backend request closed (its work stops).
     if raw.get("encoding_format") != "base64":
-        return await state_of(request).proxy.forward(model, "/v1/embeddings", raw)
-    response = await state_of(request).proxy.forward(
-        model, "/v1/embeddings", {**raw, "encoding_format": "float"}
+        return await proxy.forward(model, "/v1/embeddings", raw, client_request=request)
+    response = await proxy.forward(
+        model, "/v1/embeddings", {**raw, "encoding_format": "float"}, client_request=request
     )
     if response.status_code != 200:
         return response
@@ -182,7 +184,7 @@ async def embeddings(request: Request) -> Response:
 @router.post("/reranker", openapi_extra=body_of(RerankRequest))
 async def rerank(request: Request) -> Response:
     model, raw = await parse_for_model(request, RerankRequest)
-    return await state_of(request).proxy.forward(model, "/v1/rerank", raw)
+    return await state_of(request).proxy.forward(model, "/v1/rerank", raw, client_request=request)
 
 
 @router.post("/detokenize", openapi_extra=body_of(DetokenizeRequest))
