@@ -113,6 +113,9 @@ class Settings(BaseModel):
     max_queued_requests: int = Field(256, ge=1, le=100000)
     #: How long a request may wait for its model to load before it gets 429.
     queue_timeout_s: float = Field(300.0, gt=0)
+    #: Issue 49: an SSE comment (`: ping`) after this many seconds without a word from
+    #: the backend (a long prompt's prefill), so that proxies and clients wait; 0: none.
+    sse_ping_interval_s: float = Field(5.0, ge=0, le=3600)
     #: On SIGTERM, how long streams may go on before they are ended with an error event.
     drain_timeout: float = Field(30.0, ge=0, le=3600)
     #: Slots per type, in MODEL_TYPE_ORDER; -1 = unlimited.

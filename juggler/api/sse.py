@@ -12,6 +12,9 @@ from juggler.errors import JugglerError, render
 
 #: OpenAI's end-of-stream marker.
 DONE = b"data: [DONE]\n\n"
+#: What `read_data` yields for the router's heartbeat comment (`: ping`), for a dialect
+#: that has a word of its own for it (`router.core.heartbeat`).
+PING_EVENT: dict[str, Any] = {"object": "juggler.ping"}
 
 
 def dumps(obj: Any) -> bytes:
@@ -60,7 +63,7 @@ def error(exc: JugglerError) -> bytes:
 
 async def read_data(chunks: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, Any], None]:
     """The JSON objects of a stream's `data:` lines, up to `data: [DONE]` (the reading
-    side of the framing above)."""
+    side of the framing above); `PING_EVENT` for a `: ping` comment."""
     buffer = b""
     async for chunk in chunks:
         buffer += chunk
@@ -68,6 +71,8 @@ async def read_data(chunks: AsyncIterator[bytes]) -> AsyncGenerator[dict[str, An
             frame, buffer = buffer.split(b"\n\n", 1)
             for line in frame.split(b"\n"):
                 if not line.startswith(b"data:"):
+                    if line == b": ping":
+                        yield PING_EVENT
                     continue
                 payload = line[5:].strip()
                 if payload == b"[DONE]":

@@ -131,6 +131,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             drain,
             max_waiting=settings.max_queued_requests,
             queue_timeout_s=settings.queue_timeout_s,
+            ping_interval_s=settings.sse_ping_interval_s,
         )
         figures = FiguresPoller(manager.snapshot, proxy.pool)
         proxy.on_activity = figures.note_activity

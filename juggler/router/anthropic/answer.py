@@ -1,7 +1,8 @@
 """One Anthropic answer: the backend's OpenAI chat stream (always with usage) as the
 Messages API's events, or folded into one `Message`.
 
-The events, in order: `message_start` (an empty message), `ping`, then for each content
+The events, in order: `message_start` (an empty message), `ping` (again whenever the
+backend has been silent for the router's heartbeat interval), then for each content
 block `content_block_start`, its deltas (`text_delta`, or `input_json_delta` pieces of a
 `tool_use` block's input as the backend streams the call's arguments) and
 `content_block_stop`; then `message_delta` (`stop_reason`, `stop_sequence`, usage) and
@@ -103,7 +104,10 @@ class MessageEvents:
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:
-        """The events of one backend chunk; raises the backend's in-stream error."""
+        """The events of one backend chunk; raises the backend's in-stream error. The
+        router's heartbeat while the backend is silent is Anthropic's own `ping` event."""
+        if chunk is sse.PING_EVENT:
+            return [{"type": "ping"}]
         if "error" in chunk:
             raise backend_error(chunk)
         if chunk.get("usage"):

@@ -53,10 +53,13 @@ class Proxy:
         *,
         max_waiting: int = 256,
         queue_timeout_s: float = 300.0,
+        ping_interval_s: float = 0.0,
     ) -> None:
         self.manager = manager
         self.max_waiting = max_waiting
         self.queue_timeout_s = queue_timeout_s
+        #: SSE heartbeats of relayed streams (`heartbeat`; 0: none).
+        self.ping_interval_s = ping_interval_s
         self.drain = drain or Drain(0.0)
         self.drain.on_expire(self._cut_all)
         self._relays: set[Relay] = set()
@@ -249,7 +252,10 @@ class Proxy:
         """Yield backend bytes as they come (see relay.Relay); the lease is released when
         the stream ends, however it ends."""
         relay = Relay(
-            response, lease.model_name, lambda: self.manager.report_backend_failure(lease)
+            response,
+            lease.model_name,
+            lambda: self.manager.report_backend_failure(lease),
+            self.ping_interval_s,
         )
         self._relays.add(relay)
         try:

@@ -26,6 +26,7 @@ from fastapi.responses import StreamingResponse
 from juggler.api import sse
 from juggler.errors import BackendDead, JugglerError
 from juggler.router.core.backend_http import BackendResponse
+from juggler.router.core.heartbeat import PING, Heartbeat
 
 T = TypeVar("T")
 #: A relayed stream's events: the JSON objects of its `data:` lines.
@@ -38,11 +39,14 @@ class Relay:
         response: BackendResponse,
         model: str,
         on_backend_failure: Callable[[], Awaitable[None]],
+        ping_interval_s: float = 0.0,
     ) -> None:
         self.response = response
         self.model = model
         self._on_backend_failure = on_backend_failure
         self._cut: JugglerError | None = None
+        #: `heartbeat.PING` after this long without bytes from the backend (0: never).
+        self.ping_interval_s = ping_interval_s
 
     def cut(self, error: JugglerError) -> None:
         """End the stream with `error` as its last event (event loop only)."""
@@ -53,8 +57,14 @@ class Relay:
     async def stream(self) -> AsyncGenerator[bytes, None]:
         """The client's body: the backend's bytes as they come, the pieces that arrived
         together in one chunk. Closing it (client gone) closes the backend response,
-        which cancels the generation there."""
+        which cancels the generation there. While the backend is silent, a ping every
+        `ping_interval_s` (`heartbeat`)."""
         failed = False
+        beat = (
+            Heartbeat(self.ping_interval_s, self.response.interrupt)
+            if self.ping_interval_s
+            else None
+        )
         try:
             while self._cut is None:
                 try:
@@ -62,10 +72,14 @@ class Relay:
                 except httpx.TransportError:
                     failed = True
                     break
-                if chunk is None:  # interrupted: cut
+                if chunk is None:  # interrupted: cut, or a ping is owed
+                    if beat is not None and beat.take() and self._cut is None:
+                        yield PING
                     continue
                 if not chunk:  # the backend finished
                     break
+                if beat is not None:
+                    beat.heard()
                 yield chunk
             if self._cut is not None:
                 yield sse.error(self._cut)
@@ -78,6 +92,8 @@ class Relay:
             # cancellation would otherwise end every await here before the backend
             # response is closed, and the generation there would run on for nobody.
             with anyio.CancelScope(shield=True):
+                if beat is not None:
+                    await beat.stop()
                 await self.response.aclose()
 
 

@@ -8,7 +8,8 @@ naming it), kept in the config file so it survives a restart, and applied as far
 running server can:
 - at once: `max_loaded_models`, `auto_evict`, `auto_evict_threshold_pct`,
   `max_queued_requests`, `queue_timeout_s`, `log_level`, `model_dirs`,
-  `max_upload_bytes`, `max_inputs`, `max_messages`;
+  `max_upload_bytes`, `max_inputs`, `max_messages`, `sse_ping_interval_s` (streams
+  relayed from then on);
 - at the next load of a model: the per-model defaults and the engine shape;
 - after a restart: the rest (`host`, `port`, ...), listed in `restart_required`.
 Keys that widen what clients may do (`allow_command_recipes`) or that are secrets
@@ -56,6 +57,7 @@ NOW = frozenset(
         "max_upload_bytes",
         "max_inputs",
         "max_messages",
+        "sse_ping_interval_s",
     }
 )
 NEXT_LOAD = frozenset(
@@ -168,6 +170,7 @@ async def apply(state: RouterState, new: Settings, keys: set[str]) -> None:
     configure_limits(max_inputs=new.max_inputs, max_messages=new.max_messages)
     state.proxy.max_waiting = new.max_queued_requests
     state.proxy.queue_timeout_s = new.queue_timeout_s
+    state.proxy.ping_interval_s = new.sse_ping_interval_s
     if "log_level" in keys:
         level = "DEBUG" if new.log_level == "trace" else new.log_level.upper()
         logging.getLogger().setLevel(level)
