@@ -10,7 +10,9 @@ another process under the same lock.
 
 Names (Lemonade's namespaces, and Ollama's for its dialect):
 - `user.NAME`: registered through Lemonade's `/api/v1/pull` (or `juggler pull`);
-- `extra.NAME` is reserved (Lemonade's models found in extra directories): never pulled;
+- `extra.NAME`: a GGUF found in the admin's model folders (`folders`, Lemonade's
+  models found in extra directories; also named by its Ollama name and its file name),
+  never pulled nor registered;
   so are `builtin.NAME`, `user.extra.NAME` and `user.builtin.NAME` (Lemonade's naming
   spec); `builtin.NAME` names the built-in model NAME (its canonical alias);
 - aliases (`aliases.py`, Lemonade's `/internal/aliases`) name a model, maybe through
@@ -26,12 +28,15 @@ import contextlib
 import json
 import re
 import shlex
+import time
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from juggler.config import juggler_home
 from juggler.errors import BadRequest, ModelNotFound
+from juggler.registry import folders
 from juggler.registry.aliases import BUILTIN_PREFIX, AliasBook, reserved_reason
 from juggler.registry.checkpoint import parse_checkpoint
 from juggler.registry.locks import edited_json
@@ -98,14 +103,48 @@ def hf_alias_checkpoint(name: str) -> str | None:
     return match["repo"] + (f":{match['quant']}" if match["quant"] else "")
 
 
+#: How long one scan of the model folders is used before the next (a file added shows
+#: within this; a request does not walk the folders each time).
+FOLDER_SCAN_TTL_S = 2.0
+
+
 class Registry:
     """Looks up models by name. Reads the user file on every call so that a `juggler pull`
-    from another process is seen without a restart."""
+    from another process is seen without a restart; scans the model folders
+    (`model_dirs`) at most every `FOLDER_SCAN_TTL_S` (`clock`) for the same reason."""
 
-    def __init__(self, home: Path | None = None) -> None:
+    def __init__(
+        self,
+        home: Path | None = None,
+        model_dirs: tuple[str, ...] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.home = home
         raw = json.loads(files("juggler.registry").joinpath("catalog.json").read_text())
         self._builtin = {name: _info(name, entry) for name, entry in raw.items()}
+        #: The admin's model folders (`Settings.model_dirs`), whose GGUFs are models.
+        self.model_dirs = model_dirs
+        self._clock = clock
+        self._scanned: tuple[float, tuple[str, ...], list[ModelInfo]] | None = None
+
+    def found(self) -> list[ModelInfo]:
+        """The models in the model folders (`folders.scan`), scanned again when the last
+        scan is older than `FOLDER_SCAN_TTL_S` or the folders changed."""
+        if not self.model_dirs:
+            return []
+        now = self._clock()
+        last = self._scanned
+        if last is None or last[1] != self.model_dirs or now - last[0] >= FOLDER_SCAN_TTL_S:
+            last = (now, self.model_dirs, folders.scan(self.model_dirs))
+            self._scanned = last
+        return last[2]
+
+    def _found_as(self, name: str) -> ModelInfo | None:
+        """A found model by its name, its Ollama name or its file name."""
+        for m in self.found():
+            if name in (m.name, m.extra.get("ollama_name"), m.extra.get("stem")):
+                return m
+        return None
 
     @property
     def user_file(self) -> Path:
@@ -120,7 +159,7 @@ class Registry:
 
     def list(self) -> list[ModelInfo]:
         users = [_info(n, e) for n, e in sorted(self._user_entries().items())]
-        return [*self._builtin.values(), *users]
+        return [*self._builtin.values(), *users, *self.found()]
 
     def is_builtin(self, name: str) -> bool:
         return name in self._builtin
@@ -145,7 +184,11 @@ class Registry:
         if name.startswith(BUILTIN_PREFIX) and name[len(BUILTIN_PREFIX) :] in self._builtin:
             return self._builtin[name[len(BUILTIN_PREFIX) :]]
         entry = self._user_entries().get(name)
-        return _info(name, entry) if entry is not None else None
+        if entry is not None:
+            return _info(name, entry)
+        if name.startswith(folders.PREFIX):
+            return next((m for m in self.found() if m.name == name), None)
+        return None
 
     def find(self, name: str) -> ModelInfo | None:
         """The model `name` names: its own name, else an alias's model."""
@@ -153,7 +196,9 @@ class Registry:
         if own is not None:
             return own
         target = self.aliases.resolve(name)
-        return self._own(target) if target is not None else None
+        if target is not None:
+            return self._own(target)
+        return self._found_as(name)
 
     def lookup(self, name: str) -> ModelInfo:
         """`get`, forgiving as Ollama clients need: an exact name, else without Ollama's
@@ -162,7 +207,12 @@ class Registry:
             with contextlib.suppress(ModelNotFound):
                 return self.get(candidate)
         bare = name.removesuffix(":latest").lower()
-        matches = [m for m in self.list() if m.name.lower() == bare]
+        matches = [
+            m
+            for m in self.list()
+            if bare
+            in (m.name.lower(), m.extra.get("ollama_name", "").lower().removesuffix(":latest"))
+        ]
         if len(matches) == 1:
             return matches[0]
         raise ModelNotFound(f"model {name!r} not found", param="model")

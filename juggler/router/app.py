@@ -114,6 +114,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     """The router app. `app.state.drain` is its graceful drain: whoever runs the app
     calls `drain.begin(loop)` when asked to stop (see `juggler serve`)."""
     registry = registry or Registry()
+    registry.model_dirs = settings.model_dirs  # their GGUFs are models (registry.folders)
     drain = Drain(settings.drain_timeout)
     configure_limits(max_inputs=settings.max_inputs, max_messages=settings.max_messages)
 

@@ -48,7 +48,9 @@ def file_facts(info: ModelInfo) -> FileFacts:
     meta: GgufInfo | None = None
     with contextlib.suppress(GgufError, OSError):
         meta = read_info(path)
-    return FileFacts(path, stat.st_size, stat.st_mtime, meta)
+    # A split model found in the model folders: the size of all its parts.
+    size = int(info.extra.get("size_bytes", stat.st_size))
+    return FileFacts(path, size, stat.st_mtime, meta)
 
 
 def max_context_window(info: ModelInfo, facts: FileFacts) -> int | None:

@@ -26,6 +26,7 @@ from juggler.registry.aliases import reserved_reason
 from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import HfRef, is_available, parse_checkpoint, remove_downloaded
 from juggler.registry.download import Progress, download
+from juggler.registry.folders import is_found
 from juggler.router.core.deps import RouterState
 from juggler.types import ModelInfo
 
@@ -138,6 +139,12 @@ async def delete_model(state: RouterState, name: str, *, ollama: bool = False) -
     by Lemonade's delete and Ollama's). Returns the canonical name."""
     registry = state.registry
     info = registry.lookup(name) if ollama else registry.get(name)
+    if is_found(info):
+        raise BadRequest(
+            f"{info.name} is a file in the model folders, which only you manage: delete "
+            f"the file itself ({info.checkpoint})",
+            param="model_name",
+        )
     builtin = registry.is_builtin(info.name)
     if builtin and hf_ref_of(info.checkpoint) is None:
         raise BadRequest(f"{info.name} is packaged with Juggler and cannot be deleted")

@@ -171,6 +171,7 @@ async def apply(state: RouterState, new: Settings, keys: set[str]) -> None:
     state.proxy.max_waiting = new.max_queued_requests
     state.proxy.queue_timeout_s = new.queue_timeout_s
     state.proxy.ping_interval_s = new.sse_ping_interval_s
+    state.registry.model_dirs = new.model_dirs
     if "log_level" in keys:
         level = "DEBUG" if new.log_level == "trace" else new.log_level.upper()
         logging.getLogger().setLevel(level)

@@ -62,6 +62,12 @@ def details(info: ModelInfo, facts: FileFacts) -> dict[str, Any]:
     }
 
 
+def shown_name(info: ModelInfo) -> str:
+    """A model's name as Ollama lists it: a GGUF found in the model folders under its
+    Ollama name (`Qwen3-8B:Q4_K_M`, `registry.folders`), any other with a tag."""
+    return info.extra.get("ollama_name") or ol.ollama_name(info.name)
+
+
 @router.get("/api/version")
 async def version() -> dict[str, str]:
     return {"version": ol.API_VERSION, "juggler": __version__}
@@ -75,7 +81,7 @@ async def tags(request: Request) -> dict[str, Any]:
         if not is_available(info):
             continue
         facts = await asyncio.to_thread(file_facts, info)
-        name = ol.ollama_name(info.name)
+        name = shown_name(info)
         models.append(
             {
                 "name": name,
@@ -102,7 +108,7 @@ async def ps(request: Request) -> dict[str, Any]:
         facts = await asyncio.to_thread(file_facts, info)
         opted_in = snap.auto_evict or bool(memory and memory.auto_evict)
         ttl = snap.options.evict_idle_timeout if opted_in else oo.KEEP_S
-        name = ol.ollama_name(snap.model_name)
+        name = shown_name(info)
         models.append(
             {
                 "name": name,
