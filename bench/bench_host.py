@@ -100,7 +100,12 @@ def start_llama(model: Path, parallel: int, ctx: int, extra: str = "") -> System
 
 
 def start_router(
-    model: Path, parallel: int, ctx: int, extra: str = "", name: str = "juggler"
+    model: Path,
+    parallel: int,
+    ctx: int,
+    extra: str = "",
+    name: str = "juggler",
+    tree: Path | None = None,
 ) -> System:
     home = Path(tempfile.mkdtemp(prefix="bench-host-"))
     port = free_port()
@@ -108,7 +113,10 @@ def start_router(
         sys.executable, "-m", "juggler", "serve", "--port", str(port), "--model", "",
         "--admin-api-key", ADMIN, "--log-level", "warning",
     ]  # fmt: skip
-    proc, log = start(cmd, "router", {"JUGGLER_HOME": str(home), "PYTHONUNBUFFERED": "1"})
+    env = {"JUGGLER_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    if tree is not None:  # another checkout's juggler package (its backends inherit it)
+        env["PYTHONPATH"] = str(tree)
+    proc, log = start(cmd, "router", env)
     s = Server("juggler", proc, f"http://127.0.0.1:{port}", None, log)
     wait_ready(s, "/live", lambda r: r.status_code == 200)
     admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -277,6 +285,12 @@ def main() -> None:
         default=None,
         help="also a second Juggler router with these engine flags instead (A/B)",
     )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="also Juggler from another checkout (e.g. a git worktree of an older commit)",
+    )
     ap.add_argument("--model", choices=["tiny", "smol"], default="tiny")
     ap.add_argument("--target", type=int, default=4096, help="tokens a burst, at least")
     ap.add_argument("--parallel", type=int, default=PARALLEL)
@@ -295,6 +309,12 @@ def main() -> None:
         if args.vs_args is not None:
             starters.append(
                 lambda: start_router(model, args.parallel, CTX, args.vs_args, "juggler-B")
+            )
+        if args.baseline is not None:
+            starters.append(
+                lambda: start_router(
+                    model, args.parallel, CTX, "", "baseline", args.baseline.resolve()
+                )
             )
         if args.direct:
             starters.append(lambda: start_direct(model, args.parallel, CTX, args.engine_args))
@@ -340,20 +360,22 @@ def report(
     cpu: dict[tuple[str, int, str], list[dict[str, float]]],
 ) -> None:
     names = [s.name for s in systems]
-    print("\nmedian tok/s (and the median of per-round ratios against llama-server)")
-    head = f"{'streams':>8} {'mode':<6}" + "".join(f"{n:>16}" for n in names)
-    print(head)
-    for level in levels:
-        for mode in modes:
-            row = f"{level:>8} {mode:<6}"
-            base = tps.get(("llama-server", level, mode))
-            for n in names:
-                xs = tps[(n, level, mode)]
-                cell = f"{med(xs):.0f}"
-                if base and n != "llama-server":
-                    cell += f" ({med([a / b for a, b in zip(xs, base, strict=True)]):.2f}x)"
-                row += f"{cell:>16}"
-            print(row)
+    for ref in ("llama-server", "baseline"):
+        if ref not in names:
+            continue
+        print(f"\nmedian tok/s (and the median of per-round ratios against {ref})")
+        print(f"{'streams':>8} {'mode':<6}" + "".join(f"{n:>16}" for n in names))
+        for level in levels:
+            for mode in modes:
+                row = f"{level:>8} {mode:<6}"
+                base = tps[(ref, level, mode)]
+                for n in names:
+                    xs = tps[(n, level, mode)]
+                    cell = f"{med(xs):.0f}"
+                    if n != ref:
+                        cell += f" ({med([a / b for a, b in zip(xs, base, strict=True)]):.2f}x)"
+                    row += f"{cell:>16}"
+                print(row)
     print("\nCPU microseconds per generated token, by process (medians)")
     for level in levels:
         for mode in modes:

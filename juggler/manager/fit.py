@@ -50,7 +50,10 @@ def _mib(n: int) -> str:
 
 
 def estimate(info: GgufInfo, flags: EngineFlags, model_type: ModelType) -> Footprint:
-    """What a backend with these engine flags allocates (`footprint`)."""
+    """What a backend with these engine flags allocates (`footprint`); automatic workers
+    (0) are resolved first (`recipes`), so a count is known here."""
+    if flags.workers < 1:
+        raise ValueError("estimate: resolve automatic workers (0) first")
     shape = context_shape(
         info,
         model_type,

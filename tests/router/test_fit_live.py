@@ -119,7 +119,9 @@ def test_an_embedding_backend_holds_what_the_estimate_says(server: RunningServer
     assert r.status_code == 200, r.text
     pid = r.json()["model"]["pid"]
     gguf_file = next(server.home.rglob("*MiniLM*.gguf"))
-    fp = estimate(read_info(gguf_file), EngineFlags(ctx_size=512, parallel=8), ModelType.EMBEDDING)
+    fp = estimate(
+        read_info(gguf_file), EngineFlags(ctx_size=512, workers=1, parallel=8), ModelType.EMBEDDING
+    )
     rss = process_rss(pid)
     assert rss is not None and abs(rss - fp.at_load) <= 0.1 * rss, (rss, fp.at_load)
     with server.client() as c:

@@ -21,6 +21,7 @@ Owned by the worker thread of the context it samples from.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ import numpy as np
 from juggler.engine.llama.native_context import Context
 from juggler.engine.llama.ports import LlamaContext, Logits
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.llama.top_k import top_candidates
 from juggler.errors import BadRequest, EngineError
 
 #: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
@@ -98,6 +100,29 @@ class _Candidates:
         return int(self.arr.data[self.arr.selected].id)
 
 
+#: Largest top_k sampled over the k best tokens (llama.cpp sorts up to 128 with a plain
+#: partial sort, in the order `top_k.top_candidates` reproduces).
+MAX_FAST_TOP_K = 128
+
+
+def _only_bans(p: SamplingParams) -> bool:
+    """Nothing changes the logits before top_k but the banned tokens' -inf."""
+    return (
+        not p.logit_bias
+        and p.repeat_penalty == 1.0
+        and p.frequency_penalty == 0.0
+        and p.presence_penalty == 0.0
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _mask(n_vocab: int, banned: tuple[int, ...]) -> Any:
+    mask = np.zeros(n_vocab, dtype=bool)
+    mask[list(banned)] = True
+    mask.flags.writeable = False
+    return mask
+
+
 def _chain() -> Any:
     return C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
 
@@ -125,6 +150,19 @@ class Sampler:
         #: best logit, as llama.cpp's greedy sampler takes it, read without copying the
         #: vocabulary into a candidate array (tens of microseconds a token).
         self.argmax = self.grammar is None and not changes_logits and params.temperature <= 0.0
+        #: Sampling with top_k and nothing else changing the logits but banned tokens:
+        #: the chain runs over the k best tokens only (`top_k`, exact), and these are the
+        #: banned tokens (None: none).
+        self.top_k = (
+            params.top_k
+            if self.grammar is None
+            and params.temperature > 0.0
+            and 0 < params.top_k <= MAX_FAST_TOP_K
+            and _only_bans(params)
+            else 0
+        )
+        self.banned = _mask(n_vocab, tuple(banned)) if self.top_k and banned else None
+        self._few: _Candidates | None = None
         #: How many best candidates a redraw needs to be exact (None: all of them).
         self.need: int | None = 1 if params.temperature <= 0.0 else (params.top_k or None)
         #: min_p drops every token this far (in logits) below the best one left.
@@ -184,9 +222,26 @@ class Sampler:
         """Sample (and accept) a token from the logits of batch row `row`."""
         if self.argmax:
             return int(self.ctx.logits_view(row).argmax())
+        if self.top_k:
+            return self._among_best(self.ctx.logits_view(row))
         if self.grammar is None:
             return int(C.llama_sampler_sample(self.ptr, self.ctx.ptr, row))
         return self._constrained(self.ctx.logits_view(row))
+
+    def _among_best(self, row: Any) -> int:
+        """The chain's draw over the `top_k` best tokens, in the order its own top_k
+        leaves them (best first), as it draws over the whole vocabulary (`top_k`)."""
+        ids, logits = top_candidates(row, self.top_k, self.banned)
+        if self._few is None:
+            self._few = _Candidates(ids, logits)
+        else:
+            self._few.refill(ids, logits)
+        few = self._few
+        few.arr.sorted = True
+        few.apply(self.ptr)
+        token = few.selected()
+        C.llama_sampler_accept(self.ptr, token)
+        return token
 
     def lead(self, row: int, token: int) -> float:
         """How far `token`'s logit in row `row` is above the best other one (read in
