@@ -138,8 +138,8 @@ def test_a_head_the_blocks_do_not_divide_is_a_400_naming_the_type(tmp_path: Path
     w.write_tensors_to_file()
     w.close()
     info = read_info(path)
-    check_fit(info, EngineFlags(ctx_size=1024), ModelType.LLM, memory_bytes=GIB)
-    quantized = EngineFlags(ctx_size=1024, cache_type_v="q8_0")
+    check_fit(info, EngineFlags(ctx_size=1024, workers=1), ModelType.LLM, memory_bytes=GIB)
+    quantized = EngineFlags(ctx_size=1024, workers=1, cache_type_v="q8_0")
     with pytest.raises(BadRequest, match="40 values") as err:
         check_fit(info, quantized, ModelType.LLM, memory_bytes=GIB)
     assert err.value.param == "cache_type_v"
