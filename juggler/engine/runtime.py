@@ -203,9 +203,14 @@ class Engine:
         return self.model.tokenize(text, add_special=add_special)
 
     def render_chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        variables: dict[str, Any] | None = None,
     ) -> str:
-        return self.template.render(messages, add_generation_prompt=True, tools=tools)
+        return self.template.render(
+            messages, add_generation_prompt=True, tools=tools, variables=variables
+        )
 
     # -- stateless generation ------------------------------------------------------
     async def complete(
