@@ -43,7 +43,7 @@ def test_thinking_of_any_text_then_the_answers_schema(model: Model) -> None:
     assert accepts(model, g, '<think>\nSo {"a": "x"} </thin <b> is not it.\n</think>\n\n{"a": 1}')
     assert accepts(model, g, '{"a": 2}'), "thinking is optional"
     assert not accepts(model, g, '<think>hm</think>\n\n{"a": "x"}'), "the answer holds"
-    assert not accepts(model, g, '<think>hm</think> more thinking'), "the first </think> ends it"
+    assert not accepts(model, g, "<think>hm</think> more thinking"), "the first </think> ends it"
     assert not accepts(model, g, 'Sure! {"a": 1}')
 
 

@@ -61,7 +61,10 @@ def test_ollama_think_becomes_the_templates_switch_or_an_effort(think: Any, fiel
 
 def test_ollama_earlier_thinking_is_reasoning_content_and_raw_cannot_think() -> None:
     body = ol.ChatBody.model_validate(
-        {"model": "m", "messages": [*ASK, {"role": "assistant", "content": "a", "thinking": "t"}, *ASK]}
+        {
+            "model": "m",
+            "messages": [*ASK, {"role": "assistant", "content": "a", "thinking": "t"}, *ASK],
+        }
     )
     assert rq.chat_request(body)["messages"][1]["reasoning_content"] == "t"
     with pytest.raises(BadRequest) as err:

@@ -60,7 +60,9 @@ def test_an_answer_without_thinking_is_left_as_it_is() -> None:
 def test_a_prompt_that_opened_the_think_starts_inside_it() -> None:
     """DeepSeek-R1's templates end the generation prompt with `<think>\\n`."""
     assert split_all("\nPlanning.\n</think>\n\n42", inside=True) == ("Planning.", "42")
-    think, answer, _ = streamed(["\nPla", "nning.\n", "</", "think>", "\n", "\n4", "2"], inside=True)
+    think, answer, _ = streamed(
+        ["\nPla", "nning.\n", "</", "think>", "\n", "\n4", "2"], inside=True
+    )
     assert (think, answer) == ("Planning.", "42")
 
 

@@ -34,6 +34,8 @@ QWEN3 = template("qwen3.jinja")
 R1 = template("deepseek_r1.jinja")
 PLAIN = ChatTemplate(CHATML, bos_token="", eos_token="", origin="chatml")
 USER = [{"role": "user", "content": "hi"}]
+#: DeepSeek's assistant header (its bars are U+FF5C).
+R1_TURN = "<\uff5cAssistant\uff5c>"
 
 
 def test_reasoning_is_read_from_the_template() -> None:
@@ -66,8 +68,8 @@ def test_qwen3_turns_thinking_off_through_enable_thinking() -> None:
 
 
 def test_a_template_without_enable_thinking_gets_an_empty_thinking_after_its_prompt() -> None:
-    assert prompt(R1).endswith("<｜Assistant｜><think>\n")
-    assert prompt(R1, effort="none").endswith("<｜Assistant｜><think>\n\n</think>\n\n")
+    assert prompt(R1).endswith(f"{R1_TURN}<think>\n")
+    assert prompt(R1, effort="none").endswith(f"{R1_TURN}<think>\n\n</think>\n\n")
     plan = think_plan(think_caps(R1), "m")
     assert plan.on and plan.inside
 
@@ -96,7 +98,9 @@ def test_bad_template_kwargs_are_400s_naming_them() -> None:
 def test_reasoning_format_none_leaves_the_thinking_in_the_content() -> None:
     caps = think_caps(QWEN3)
     assert request_plan(caps, "m", budget=-1, fmt="none", kwargs=None, effort=None).split is False
-    plan = request_plan(caps, "m", budget=-1, fmt="none", kwargs=None, effort=None, request_fmt="auto")
+    plan = request_plan(
+        caps, "m", budget=-1, fmt="none", kwargs=None, effort=None, request_fmt="auto"
+    )
     assert plan.split is True
 
 

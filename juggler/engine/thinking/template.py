@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from juggler.engine.llama.chat import ChatTemplate
 from juggler.errors import BadRequest
+from juggler.reasoning import template_reasons
 
 #: Variables the engine gives every template itself: chat_template_kwargs may not set them.
 RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
@@ -24,12 +25,6 @@ RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
 EMPTY_THINKING = "<think>\n\n</think>\n\n"
 
 Effort = Literal["none", "minimal", "low", "medium", "high"]
-
-
-def template_reasons(source: str) -> bool:
-    """Whether a chat template's source is a reasoning model's (pure; the router's model
-    listings read the GGUF's template with it too)."""
-    return "<think>" in source or "enable_thinking" in source or "reasoning_content" in source
 
 
 @dataclass(frozen=True)
@@ -141,4 +136,6 @@ def request_plan(
     split = (request_fmt or fmt) != "none"
     default = False if budget == 0 else None
     return think_plan(caps, model, kwargs=kwargs, effort=effort, default=default, split=split)
+
+
 NO_THINK = ThinkPlan()

@@ -124,12 +124,14 @@ async def ps(request: Request) -> dict[str, Any]:
     return {"models": models}
 
 
-def capabilities(kind: ModelType) -> list[str]:
+def capabilities(kind: ModelType, labels: tuple[str, ...] = ()) -> list[str]:
     """Ollama's capability list: every chat model calls tools (Juggler's generic tool
-    format works with any chat template); no vision, thinking or insert (suffix)."""
+    format works with any chat template), a reasoning one thinks; no vision or insert."""
     if kind is ModelType.EMBEDDING:
         return ["embedding"]
-    return ["completion", "tools"] if kind is ModelType.LLM else ["completion"]
+    if kind is not ModelType.LLM:
+        return ["completion"]
+    return ["completion", "tools", *(["thinking"] if "reasoning" in labels else [])]
 
 
 def shown_facts(info: ModelInfo) -> FileFacts:
@@ -175,7 +177,7 @@ async def show(request: Request) -> dict[str, Any]:
         "template": str(meta.get("tokenizer.chat_template", "")),
         "details": details(info, facts),
         "model_info": model_info,
-        "capabilities": capabilities(info.type),
+        "capabilities": capabilities(info.type, info.labels),
         "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
 
