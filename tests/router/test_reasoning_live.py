@@ -89,6 +89,31 @@ def test_openai_reasoning_content_whole_and_streamed(server: RunningServer) -> N
     assert (thinking, answer) == (message.reasoning_content, message.content)
 
 
+def test_responses_reasoning_item_whole_and_streamed(server: RunningServer) -> None:
+    with gpt(server) as client:
+        whole = client.responses.create(
+            model=MODEL, input=ASK[0]["content"], temperature=0, max_output_tokens=64
+        )
+        kinds = [item.type for item in whole.output]
+        assert kinds == ["reasoning", "message"]
+        thought: Any = whole.output[0]
+        thinking = thought.content[0].text
+        split(thinking, whole.output_text)
+        events = list(
+            client.responses.create(
+                model=MODEL,
+                input=ASK[0]["content"],
+                temperature=0,
+                max_output_tokens=64,
+                stream=True,
+            )
+        )
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert deltas == thinking
+    done: Any = events[-1]
+    assert done.type == "response.completed" and done.response.output_text == whole.output_text
+
+
 def prompt_tokens(server: RunningServer, **extra: Any) -> int:
     with gpt(server) as client:
         out = client.chat.completions.create(

@@ -22,17 +22,10 @@ from juggler.engine.structured.tool_stream import (
     ToolStream,
 )
 from juggler.engine.structured.tools import ToolPlan
-from juggler.engine.thinking.split import ThinkSplitter
+from juggler.engine.thinking.split import ThinkingDelta, ThinkSplitter
 from juggler.engine.thinking.template import NO_THINK, ThinkPlan
 
 Piece = Callable[[int], bytes]
-
-
-@dataclass(frozen=True)
-class ThinkingDelta:
-    """A piece of a reasoning model's thinking."""
-
-    text: str
 
 
 def _token(piece: Piece, token: int) -> dict[str, Any]:

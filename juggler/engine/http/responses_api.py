@@ -37,12 +37,16 @@ from juggler.engine.structured.tools import (
     tool_grammar,
     tool_plan,
 )
+from juggler.engine.thinking.grammar import with_thinking
+from juggler.engine.thinking.template import NO_THINK, ThinkCaps, ThinkPlan, think_plan
 from juggler.errors import BadRequest, render
 
 _DEFAULTS = SamplingParams()
 
 
-def sampling(engine: Engine, body: ResponsesRequest, plan: ToolPlan | None) -> SamplingParams:
+def sampling(
+    engine: Engine, body: ResponsesRequest, plan: ToolPlan | None, think: ThinkPlan = NO_THINK
+) -> SamplingParams:
     d = _DEFAULTS
     fmt = body.text.format if body.text is not None else None
     grammar = None
@@ -56,6 +60,9 @@ def sampling(engine: Engine, body: ResponsesRequest, plan: ToolPlan | None) -> S
         grammar = tool_grammar(plan)
     elif plan is not None and grammar is None:
         grammar = tool_grammar(plan)  # "none": plain text
+    if grammar is not None and think.on:
+        grammar = with_thinking(grammar, inside=think.inside)
+    grammar = grammar if grammar is not None else engine.config.flags.grammar  # --grammar
     if grammar is not None:
         engine.model.check_grammar(grammar)
     limit = body.max_output_tokens
@@ -93,9 +100,33 @@ def fitted(
 
 def _assistant_turn(choice: Choice) -> ChatMessage:
     calls = choice.calls
+    thinking = choice.reasoning or None
     if calls:
-        return ChatMessage.model_validate({"role": "assistant", "tool_calls": calls})
-    return ChatMessage(role="assistant", content=choice.text)
+        return ChatMessage.model_validate(
+            {"role": "assistant", "tool_calls": calls, "reasoning_content": thinking}
+        )
+    return ChatMessage(role="assistant", content=choice.text, reasoning_content=thinking)
+
+
+def response_think(caps: ThinkCaps, model: str, body: ResponsesRequest) -> ThinkPlan:
+    """`reasoning.effort`: a reasoning model thinks (its template's default) unless the
+    effort is "none", which a response (generated on a session) cannot turn off: a 400
+    naming it; a model that cannot think answers any other effort with a 400."""
+    effort = body.reasoning.effort if body.reasoning is not None else None
+    if effort is None:
+        return think_plan(caps, model)
+    if effort == "none":
+        if caps.reasons:
+            raise BadRequest(
+                "reasoning.effort: 'none' is not built for responses; use chat completions "
+                "with reasoning_effort none to turn thinking off",
+                param="reasoning.effort",
+            )
+        return think_plan(caps, model)
+    try:
+        return think_plan(caps, model, effort="high")
+    except BadRequest as exc:
+        raise BadRequest(exc.message, param="reasoning.effort") from None
 
 
 def _status(finish: str | None) -> str:
@@ -113,7 +144,8 @@ async def create(
     engine.require_llm()
     created_at = int(time.time())
     plan = tool_plan(body.chat_tools(), body.chat_tool_choice(), body.parallel_tool_calls, caps)
-    params = sampling(engine, body, plan)
+    think = response_think(caps.think, engine.config.model_name, body)
+    params = sampling(engine, body, plan, think)
     prev = None
     if body.previous_response_id is not None:
         prev = store.get(body.previous_response_id, param="previous_response_id")
@@ -144,7 +176,7 @@ async def create(
         store.end_later(sid)
         raise
     name = engine.config.model_name
-    choice = Choice(0, plan)
+    choice = Choice(0, plan, think)
 
     def logprobs(ev: StreamEvent) -> list[dict[str, Any]]:
         if not body.wants_logprobs or not ev.logprobs:
@@ -178,7 +210,7 @@ async def create(
             raise
         items = OutputItems()
         assert choice.tools is not None
-        items.feed(choice.tools.feed(ev.text), logprobs(ev))
+        items.feed(choice.deltas(ev), logprobs(ev))
         items.close(_status(ev.finish_reason))
         return finish(ev, items.items)
     return sse_response(
@@ -208,8 +240,7 @@ async def _events(
     done = False
     try:
         async for _, ev in merged([sink]):
-            assert choice.tools is not None
-            deltas = choice.tools.feed(ev.text) if ev.text else []
+            deltas = choice.deltas(ev) if ev.text or ev.kind is EventKind.DONE else []
             for event in items.feed(deltas, logprobs(ev)):
                 yield numbers.frame(event)
             if ev.kind is EventKind.ERROR:

@@ -12,6 +12,7 @@ the thinking (`<think>\\n`, `\\n</think>\\n\\n`) belongs to neither part.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Literal
 
 OPEN = "<think>"
@@ -19,6 +20,13 @@ CLOSE = "</think>"
 
 Kind = Literal["reasoning", "content"]
 Part = tuple[Kind, str]
+
+
+@dataclass(frozen=True)
+class ThinkingDelta:
+    """A piece of a reasoning model's thinking, as the answer's deltas go out."""
+
+    text: str
 
 
 class _State(enum.Enum):
