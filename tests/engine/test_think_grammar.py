@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as C
 
+from juggler.api.structured import FunctionDef
 from juggler.engine.llama.native import Model
 from juggler.engine.llama.native_sampler import _Candidates, parse_grammar
 from juggler.engine.structured.grammar import schema_grammar
+from juggler.engine.structured.tools import ToolPlan, ToolSyntax, tool_grammar
 from juggler.engine.thinking.grammar import with_thinking
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
@@ -51,3 +53,16 @@ def test_a_prompt_that_opened_the_thinking(model: Model) -> None:
     g = with_thinking(schema_grammar(SCHEMA, param="response_format"), inside=True)
     assert accepts(model, g, 'plan</think>\n{"a": 3}')
     assert not accepts(model, g, '<think>plan</think>{"a": "3"}')
+
+
+def test_tool_calls_after_thinking(model: Model) -> None:
+    """ "Tool calls made after thinking still parse": the call's grammar holds after it."""
+    weather = FunctionDef(
+        name="weather",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+    )
+    plan = ToolPlan((weather,), "required", True, ToolSyntax.HERMES)
+    g = with_thinking(tool_grammar(plan), inside=False)
+    call = '<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert accepts(model, g, f"<think>\nweather, then.\n</think>\n\n{call}")
+    assert not accepts(model, g, "<think>\nhm\n</think>\n\nIt is sunny.")
