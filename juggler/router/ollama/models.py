@@ -37,7 +37,7 @@ from juggler.registry.checkpoint import (
 )
 from juggler.registry.gguf_meta import GgufError, labels_of, read_info
 from juggler.router.core.bodies import parse
-from juggler.router.core.catalog_view import FileFacts, file_facts
+from juggler.router.core.catalog_view import FileFacts, file_facts, listed_labels
 from juggler.router.core.deps import RouterState, state_of
 from juggler.router.core.openapi import body_of
 from juggler.router.core.pulls import EventKind, delete_model, hf_ref_of, known_model, pull_events
@@ -177,7 +177,7 @@ async def show(request: Request) -> dict[str, Any]:
         "template": str(meta.get("tokenizer.chat_template", "")),
         "details": details(info, facts),
         "model_info": model_info,
-        "capabilities": capabilities(info.type, info.labels),
+        "capabilities": capabilities(info.type, tuple(listed_labels(info, facts))),
         "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
 
