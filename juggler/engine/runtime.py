@@ -284,11 +284,16 @@ class Engine:
         text: str | None = None,
         messages: list[Message] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        header_suffix: str | None = None,
     ) -> dict[str, Any]:
         reply: Reply = self._future()
         msgs = tuple(messages) if messages is not None else None
         kit = tuple(tools) if tools is not None else None
-        self._send(AppendInput(session_id, reply, text=text, messages=msgs, tools=kit))
+        self._send(
+            AppendInput(
+                session_id, reply, text=text, messages=msgs, tools=kit, header_suffix=header_suffix
+            )
+        )
         return await reply
 
     async def generate(self, session_id: str, params: SamplingParams) -> StreamSink:

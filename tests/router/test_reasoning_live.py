@@ -112,6 +112,16 @@ def test_responses_reasoning_item_whole_and_streamed(server: RunningServer) -> N
     assert deltas == thinking
     done: Any = events[-1]
     assert done.type == "response.completed" and done.response.output_text == whole.output_text
+    with gpt(server) as client:
+        off = client.responses.create(
+            model=MODEL,
+            input=ASK[0]["content"],
+            reasoning={"effort": "none"},
+            temperature=0,
+            max_output_tokens=64,
+        )
+    assert whole.usage is not None and off.usage is not None
+    assert off.usage.input_tokens > whole.usage.input_tokens, "the empty thinking is prompt"
 
 
 def prompt_tokens(server: RunningServer, **extra: Any) -> int:

@@ -38,7 +38,14 @@ from juggler.engine.structured.tools import (
     tool_plan,
 )
 from juggler.engine.thinking.grammar import with_thinking
-from juggler.engine.thinking.template import NO_THINK, ThinkCaps, ThinkPlan, think_plan
+from juggler.engine.thinking.template import (
+    EMPTY_THINKING,
+    NO_THINK,
+    Effort,
+    ThinkCaps,
+    ThinkPlan,
+    think_plan,
+)
 from juggler.errors import BadRequest, render
 
 _DEFAULTS = SamplingParams()
@@ -109,24 +116,24 @@ def _assistant_turn(choice: Choice) -> ChatMessage:
 
 
 def response_think(caps: ThinkCaps, model: str, body: ResponsesRequest) -> ThinkPlan:
-    """`reasoning.effort`: a reasoning model thinks (its template's default) unless the
-    effort is "none", which a response (generated on a session) cannot turn off: a 400
-    naming it; a model that cannot think answers any other effort with a 400."""
+    """`reasoning.effort`: "none" turns a reasoning model's thinking off, any other
+    effort on (a model that cannot think answers it with a 400); unset, the template's
+    default."""
     effort = body.reasoning.effort if body.reasoning is not None else None
-    if effort is None:
-        return think_plan(caps, model)
-    if effort == "none":
-        if caps.reasons:
-            raise BadRequest(
-                "reasoning.effort: 'none' is not built for responses; use chat completions "
-                "with reasoning_effort none to turn thinking off",
-                param="reasoning.effort",
-            )
-        return think_plan(caps, model)
+    asked: Effort | None = None if effort is None else "none" if effort == "none" else "high"
     try:
-        return think_plan(caps, model, effort="high")
+        return think_plan(caps, model, effort=asked)
     except BadRequest as exc:
         raise BadRequest(exc.message, param="reasoning.effort") from None
+
+
+def header_suffix(caps: ThinkCaps, think: ThinkPlan) -> str:
+    """What follows a session's generation prompt: the empty thinking that turns a
+    reasoning model's thinking off (what Qwen3's template writes for enable_thinking
+    false), else nothing."""
+    if not think.reasons or think.on:
+        return ""
+    return "\n</think>\n\n" if caps.opens else EMPTY_THINKING
 
 
 def _status(finish: str | None) -> str:
@@ -170,7 +177,8 @@ async def create(
         sid = str((await engine.create_session(adapter))["session_id"])
         delta, template_tools = chat_messages([*system, *turns], plan, caps)
     try:
-        await engine.append_input(sid, messages=delta, tools=template_tools)
+        suffix = header_suffix(caps.think, think)
+        await engine.append_input(sid, messages=delta, tools=template_tools, header_suffix=suffix)
         sink = await engine.generate(sid, params)
     except BaseException:
         store.end_later(sid)

@@ -130,6 +130,8 @@ class ChatState:
     text: str = ""
     #: The tools the template renders (templates that render tools themselves).
     tools: list[dict[str, Any]] | None = None
+    #: What follows the generation prompt (a reasoning model's empty thinking, when off).
+    header_suffix: str = ""
 
     def delta_for(self, template: ChatTemplate, new: list[dict[str, Any]]) -> str | None:
         """The text to append for new messages, or None if the template's rendering of
