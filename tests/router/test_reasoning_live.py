@@ -87,6 +87,11 @@ def test_openai_reasoning_content_whole_and_streamed(server: RunningServer) -> N
                 thinking += getattr(delta, "reasoning_content", None) or ""
                 answer += delta.content or ""
     assert (thinking, answer) == (message.reasoning_content, message.content)
+    # Lemonade's chat completions are OpenAI's: the same reasoning_content.
+    with server.client() as c:
+        r = c.post("/api/v1/chat/completions", json={"model": MODEL, "messages": ASK, **GREEDY})
+    lemonade = r.json()["choices"][0]["message"]
+    assert (lemonade["reasoning_content"], lemonade["content"]) == (thinking, answer)
 
 
 def test_responses_reasoning_item_whole_and_streamed(server: RunningServer) -> None:
