@@ -22,7 +22,8 @@ per generated token (router, backend, llama-server), and the load generator's ow
 
 `--profile DIR` samples the backend and the router with py-spy during one burst at
 the lowest and highest level and prints the share of each part of Juggler's
-per-token work (see `profile_parts`); the raw stacks stay in DIR.
+per-token work (see `profile_parts`); the raw stacks stay in DIR. `--profile-of
+baseline` (with `--baseline DIR`) profiles the other checkout instead.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ def burst(system: System, level: int, n_new: int, stream: bool, seed: int, targe
 #: first part, in this order, whose marker appears in a sample's stack takes it).
 PROFILE_PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("decode (llama_decode)", ("decode (juggler/engine/llama/native_context.py",)),
-    ("sampling", ("native_sampler.py",)),
+    ("sampling", ("native_sampler.py", "top_k.py")),
     ("detokenize + stop strings", ("piece (", "sampling.py", "utf8", "StopMatcher")),
     ("plan + batch fill", ("schedule/batch.py", "_fill (", "drafts.py", "make_room")),
     ("tokens to streams", ("on_token (", "on_rows (", "stream.py", "outbox.py")),
@@ -295,6 +296,9 @@ def main() -> None:
     ap.add_argument("--target", type=int, default=4096, help="tokens a burst, at least")
     ap.add_argument("--parallel", type=int, default=PARALLEL)
     ap.add_argument("--profile", type=Path, default=None, help="py-spy profiles into DIR")
+    ap.add_argument(
+        "--profile-of", default="juggler", help="the system profiled: juggler or baseline"
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     modes = [m for m in args.modes.split(",") if m]
@@ -327,9 +331,10 @@ def main() -> None:
         for s in systems:  # warm-up, not counted
             burst(s, 8, args.new, False, 0, 512)
         if args.profile is not None:
+            target = next(s for s in systems if s.name == args.profile_of)
             for level in (min(levels), max(levels)):
                 for mode in modes:
-                    profile(systems[0], level, args.new, mode == "sse", args.profile, args.target)
+                    profile(target, level, args.new, mode == "sse", args.profile, args.target)
             return
         # tps[(system, level, mode)] -> per-round figures
         tps: dict[tuple[str, int, str], list[float]] = {}
