@@ -184,6 +184,7 @@ class Measured:
     tps: float
     #: CPU microseconds per generated token, by process label (and "client").
     cpu_us: dict[str, float]
+    tokens: int = 0
 
 
 def burst(system: System, level: int, n_new: int, stream: bool, seed: int, target: int) -> Measured:
@@ -199,7 +200,7 @@ def burst(system: System, level: int, n_new: int, stream: bool, seed: int, targe
     expected = sum(len(m) for m in work) * n_new
     if result.tokens != expected:
         print(f"  ({system.name}: {result.tokens} tokens, expected {expected})")
-    return Measured(result.tps, {k: v / n * 1e6 for k, v in cpu.items()})
+    return Measured(result.tps, {k: v / n * 1e6 for k, v in cpu.items()}, result.tokens)
 
 
 # -- profile ---------------------------------------------------------------------------
@@ -216,6 +217,10 @@ PROFILE_PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("router relay + HTTP", ("router/", "httpx", "httpcore", "h11")),
     ("event loop + other", ("",)),
 ]
+
+
+#: py-spy's samples a second.
+RATE = 200
 
 
 def profile_parts(raw: Path) -> Counter[str]:
@@ -244,7 +249,7 @@ def profile(
     files = {}
     for label, pid in system.pids.items():
         files[label] = out_dir / f"{system.name}-{label}-{level}{'-sse' if stream else ''}.txt"
-        cmd = [spy, "record", "--format", "raw", "--rate", "200", "--nonblocking"]
+        cmd = [spy, "record", "--format", "raw", "--rate", str(RATE), "--nonblocking"]
         cmd += ["--pid", str(pid), "-o", str(files[label])]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)  # py-spy attaches
@@ -259,8 +264,11 @@ def profile(
     n = sum(total.values()) or 1
     kind = "sse" if stream else "plain"
     print(f"\nprofile: {system.name} at {level} streams ({kind}), {m.tps:.0f} tok/s")
+    print(f"  {'part':<28} {'share':>6} {'us/token':>9}  (thread time, py-spy at {RATE} Hz)")
+    tokens = max(1, m.tokens)
     for name, _ in PROFILE_PARTS:
-        print(f"  {name:<28} {100 * total[name] / n:5.1f}%")
+        us = total[name] / RATE / tokens * 1e6
+        print(f"  {name:<28} {100 * total[name] / n:5.1f}% {us:9.0f}")
     print("  CPU us/token: " + ", ".join(f"{k} {v:.0f}" for k, v in m.cpu_us.items()))
 
 
