@@ -214,8 +214,9 @@ PROFILE_PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("tokens to streams", ("on_token (", "on_rows (", "stream.py", "outbox.py")),
     ("worker loop (other)", ("engine/worker/",)),
     ("backend HTTP + JSON", ("engine/http/", "api/sse.py", "uvicorn", "starlette", "json")),
-    ("router relay + HTTP", ("router/", "httpx", "httpcore", "h11")),
     ("event loop + other", ("",)),
+    # Every sample of the router process (`profile_parts(..., router=True)`).
+    ("router (its whole process)", ()),
 ]
 
 
@@ -223,12 +224,16 @@ PROFILE_PARTS: list[tuple[str, tuple[str, ...]]] = [
 RATE = 200
 
 
-def profile_parts(raw: Path) -> Counter[str]:
-    """Samples per part, from py-spy's `--format raw` output (collapsed stacks)."""
+def profile_parts(raw: Path, *, router: bool = False) -> Counter[str]:
+    """Samples per part, from py-spy's `--format raw` output (collapsed stacks); every
+    sample of the router's process is the router's."""
     parts: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():
+            continue
+        if router:
+            parts[PROFILE_PARTS[-1][0]] += int(count)
             continue
         for name, markers in PROFILE_PARTS:
             if any(m in stack for m in markers):
@@ -258,13 +263,16 @@ def profile(
         p.send_signal(2)
         p.wait(timeout=60)
     total: Counter[str] = Counter()
-    for f in files.values():
+    for label, f in files.items():
         if f.exists():
-            total.update(profile_parts(f))
+            total.update(profile_parts(f, router=label == "router"))
     n = sum(total.values()) or 1
     kind = "sse" if stream else "plain"
     print(f"\nprofile: {system.name} at {level} streams ({kind}), {m.tps:.0f} tok/s")
-    print(f"  {'part':<28} {'share':>6} {'us/token':>9}  (thread time, py-spy at {RATE} Hz)")
+    print(
+        f"  {'part':<28} {'share':>6} {'us/token':>9}  (time a thread spent there, holding "
+        f"the GIL or waiting for it, py-spy at {RATE} Hz)"
+    )
     tokens = max(1, m.tokens)
     for name, _ in PROFILE_PARTS:
         us = total[name] / RATE / tokens * 1e6
