@@ -112,8 +112,10 @@ class ThreadTuner:
         if best is None or threads == best:
             return
         best_stat = self.stats.get((size, best))
-        if best_stat is not None and best_stat.times and seconds < best_stat.median_s * (
-            1.0 - MORE_THREADS_GAIN if threads > best else 1.0
+        if (
+            best_stat is not None
+            and best_stat.times
+            and seconds < best_stat.median_s * (1.0 - MORE_THREADS_GAIN if threads > best else 1.0)
         ):
             self.retry[size] = threads  # beat the chosen count: hear from it again
         else:
