@@ -131,6 +131,14 @@ def _cores(compute: dict[str, Any] | None) -> str:
     return f"{compute.get('threads')}{where}{tag}"
 
 
+def _vram(vram: int | None, layers: dict[str, Any] | None) -> str:
+    """A model's GPU memory and the layers it offloaded ("1582 (17/17 layers)")."""
+    if not vram:
+        return ""
+    done, of = (layers or {}).get("layers"), (layers or {}).get("of")
+    return f"{vram / 1e6:.0f}" + (f" ({done}/{of} layers)" if of else "")
+
+
 def loaded_table(health: dict[str, Any]) -> Table:
     table = Table(
         "model",
@@ -141,6 +149,7 @@ def loaded_table(health: dict[str, Any]) -> Table:
         "streaming",
         "ctx",
         "memory (MB)",
+        "VRAM (MB)",
         "cores",
         "last use",
         title=f"max models per type: {health.get('max_models')}",
@@ -148,6 +157,7 @@ def loaded_table(health: dict[str, Any]) -> Table:
     for m in health.get("all_models_loaded", []):
         last = dt.datetime.fromtimestamp(float(m.get("last_use") or 0)).strftime("%H:%M:%S")
         rss = (m.get("memory") or {}).get("rss_bytes")
+        vram = (m.get("memory") or {}).get("vram_bytes")
         table.add_row(
             m["model_name"],
             m.get("type", ""),
@@ -157,6 +167,7 @@ def loaded_table(health: dict[str, Any]) -> Table:
             "yes" if m.get("is_streaming") else "",
             str((m.get("recipe_options") or {}).get("ctx_size", "")),
             f"{rss / 1e6:.0f}" if rss else "",
+            _vram(vram, m.get("gpu_layers")),
             _cores(m.get("compute")),
             last,
         )

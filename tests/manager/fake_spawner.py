@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from juggler.errors import LoadFailed
 from juggler.manager.recipes import LaunchPlan
 from juggler.manager.spawner import BackendProcess
+from juggler.manager.vram import GpuUse
 from juggler.types import Device
 
 
@@ -36,6 +37,8 @@ class Behaviour:
     downsize_gate: asyncio.Event | None = None
     #: The backend refuses to downsize (a request arrived first).
     refuse_downsize: bool = False
+    #: What it reports llama.cpp placed on the GPU.
+    gpu: GpuUse = field(default_factory=GpuUse)
 
 
 class FakeProcess:
@@ -53,6 +56,7 @@ class FakeProcess:
         self.device = device
         self.load_duration_s = 0.001
         self.downsizable_bytes = behaviour.downsizable_bytes
+        self.gpu = behaviour.gpu
         self.behaviour = behaviour
         #: How many times it was downsized (its contexts freed).
         self.num_downsized = 0

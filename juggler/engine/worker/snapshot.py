@@ -63,6 +63,7 @@ def take_snapshot(w: WorkerParts) -> WorkerSnapshot:
         tokens_waiting=sum(len(c.prompt) for c in api.waiting),
         is_downsized=ctx.is_released,
         context_bytes=0 if ctx.is_released else ctx.bytes,
+        context_devices=() if ctx.is_released else ctx.devices,
         num_restores=w.soft_idle.num_restores,
         last_restore_s=ctx.last_make_s if w.soft_idle.num_restores else 0.0,
         spec_drafted=w.gens.num_drafted,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from juggler.errors import BadRequest
 from juggler.manager.snapshot import ServerSnapshot, ServerState
 from juggler.router.core.deps import RouterState
 from juggler.router.ollama.options import OllamaRequestOptions, merge_engine_args
@@ -39,7 +40,12 @@ async def ensure_options(
         base = options.get("llamacpp_args") or state.manager.settings.llamacpp_args
         extra["llamacpp_args"] = merge_engine_args(base, extra["llamacpp_args"])
     options.update(extra)
-    return await state.manager.load(model, options)
+    try:
+        return await state.manager.load(model, options)
+    except BadRequest as exc:
+        if exc.param == "n_gpu_layers" and "n_gpu_layers" in wanted:  # Ollama's num_gpu
+            raise BadRequest(f"options.num_gpu: {exc.message}", param="options.num_gpu") from None
+        raise
 
 
 async def unload_if_loaded(state: RouterState, model: str) -> bool:
