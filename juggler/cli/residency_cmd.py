@@ -128,6 +128,7 @@ def _cores(compute: dict[str, Any] | None) -> str:
     cpus = compute.get("cpus") or []
     where = f" on {cpus[0]}-{cpus[-1]}" if len(cpus) > 1 else f" on {cpus[0]}" if cpus else ""
     tag = "" if compute.get("planned", True) else " (fixed)"
+    tag += " (GPU)" if compute.get("gpu") else ""
     return f"{compute.get('threads')}{where}{tag}"
 
 

@@ -72,6 +72,13 @@ class WrappedServer:
         """What llama.cpp placed on the GPU (nothing while it loads)."""
         return self.process.gpu if self.process is not None else GpuUse()
 
+    @property
+    def is_fully_offloaded(self) -> bool:
+        """Every layer on the GPU: as llama.cpp reported, or as planned while it loads."""
+        if self.process is not None:
+            return self.gpu.is_full
+        return self.plan.offload is not None and self.plan.offload.is_full
+
     def vram_bytes(self, per_pid: Mapping[int, int] | None = None) -> int:
         """What it holds on the GPU (`vram.held_bytes`; NVML's figure when `per_pid` has
         its pid); a loading server counts what its plan expects."""
