@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from juggler.accel.library import GPU_BACKENDS, loaded_backends
@@ -47,8 +48,12 @@ def device_present(
     return False
 
 
+def pick_default(built: Collection[str], present: Callable[[str], bool]) -> str:
+    """The first GPU backend that is built and has a device, else "cpu"."""
+    return next((b for b in GPU_BACKENDS if b in built and present(b)), "cpu")
+
+
 @functools.cache
 def default_backend() -> str:
     """The backend a load gets when nobody chose one (see the module doc)."""
-    built = loaded_backends()
-    return next((b for b in GPU_BACKENDS if b in built and device_present(b)), "cpu")
+    return pick_default(loaded_backends(), device_present)

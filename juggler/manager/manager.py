@@ -31,7 +31,7 @@ from juggler.manager.lease import Lease
 from juggler.manager.memory import MemorySource, SystemMemorySource, choose_device_source
 from juggler.manager.monitor import INTERVAL_S, Monitor
 from juggler.manager.owner import Owner
-from juggler.manager.planner import LoadPlanner, gpu_view
+from juggler.manager.planner import Backends, LoadPlanner, gpu_view
 from juggler.manager.policy import all_slots_pinned
 from juggler.manager.process import ProcessSpawner
 from juggler.manager.recipes import LaunchPlan, Resolver
@@ -76,6 +76,7 @@ class Manager:
         log_dir: Path | None = None,
         memory_source: MemorySource | None = None,
         vram_source: MemorySource | Literal["auto"] | None = "auto",
+        gpu_backends: Backends | None = None,
         monitor_interval_s: float = INTERVAL_S,
         logbook: LogBook | None = None,
         saved_options: Callable[[str], Mapping[str, Any]] | None = None,
@@ -94,7 +95,7 @@ class Manager:
             registry,
             resolve,
             lambda: [s.pid for s in self.snapshot() if s.pid is not None],
-            lambda: gpu_view(self.vram, self.snapshot()),
+            lambda: gpu_view(self.vram, self.snapshot(), gpu_backends),
         )
         self._spawner: Spawner = spawner or ProcessSpawner(logbook)
         keys = getattr(self._spawner, "keys", None)
@@ -106,11 +107,8 @@ class Manager:
         #: the GPU's (issue 48; chosen at start: NVML or AMD sysfs, else none; a test that
         #: gives its own host source gets no GPU source unless it gives one too).
         self.memory_source = memory_source
-        self._vram_source = (
-            vram_source
-            if memory_source is None
-            else (None if vram_source == "auto" else vram_source)
-        )
+        given_host = memory_source is not None
+        self._vram_source = None if given_host and vram_source == "auto" else vram_source
         #: The GPU's memory and each backend's share (no source until `start`).
         self.vram = VramReader(None)
         #: The cores the compute plan divides (default: this process's) and its linger.

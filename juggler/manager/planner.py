@@ -55,11 +55,22 @@ def load_memory_bytes(pids: Iterable[int]) -> int | None:
     return available + sum(n for n in held if n is not None)
 
 
-def gpu_view(reader: VramReader, servers: Iterable[ServerSnapshot]) -> GpuView:
-    """The GPUs a load may use now (see the module doc). Reads files and NVML; blocks
-    briefly."""
+#: GPU backends the llama.cpp library has, and of those the ones the machine can run.
+Backends = tuple[frozenset[str], frozenset[str]]
+
+
+def machine_backends() -> Backends:
+    """This machine's `Backends` (`accel`: the library's files, NVML and /dev)."""
     built = loaded_backends()
-    present = frozenset(b for b in built if device_present(b))
+    return built, frozenset(b for b in built if device_present(b))
+
+
+def gpu_view(
+    reader: VramReader, servers: Iterable[ServerSnapshot], backends: Backends | None = None
+) -> GpuView:
+    """The GPUs a load may use now (see the module doc; `backends`: this machine's when
+    None). Reads files and NVML; blocks briefly."""
+    built, present = backends if backends is not None else machine_backends()
     sample, per_pid = reader.read()
     vram: int | None = None
     if sample is not None:

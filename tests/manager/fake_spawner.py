@@ -58,6 +58,8 @@ class FakeProcess:
         self.downsizable_bytes = behaviour.downsizable_bytes
         self.gpu = behaviour.gpu
         self.behaviour = behaviour
+        #: The plan it was started with (set by `FakeSpawner.start`).
+        self.plan: LaunchPlan | None = None
         #: How many times it was downsized (its contexts freed).
         self.num_downsized = 0
         self._returncode: int | None = None
@@ -173,6 +175,7 @@ class FakeSpawner:
         finally:
             self.num_loading -= 1
         process = FakeProcess(self, name, pid, behaviour.device or plan.device, behaviour)
+        process.plan = plan
         self.processes.append(process)
         self.events.append(("ready", name, pid))
         return process
