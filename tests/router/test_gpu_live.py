@@ -134,18 +134,17 @@ def test_parallel_64_with_16384_kv_cells_serves_64_requests_at_once(
     concurrent requests at once (they run together, not 8 at a time)". SmolLM2 was trained
     for 8,192 tokens: 16,384 cells as a context are refused, as KV cells shared by 64
     sequences of at most ctx_size tokens each they are not (llama-server's
-    `-c 16384 -np 64 -kvu`). Every request has its first token before any has finished:
-    at that moment all 64 ran together."""
+    `-c 16384 -np 64 -kvu`). That they ran together is the backend's own figure: one
+    llama_decode held all 64 sequences (`max_batch_sequences`), and every request had its
+    first token before any had finished."""
     r = load(server, ctx_size=16384)
     assert r.status_code == 400 and r.json()["error"]["param"] == "ctx_size", r.text
     r = load(server, ctx_size=4096, kv_cells=16384, llamacpp_args="--parallel 64 --workers 1")
     assert r.status_code == 200, r.text
     backend = backend_health(server)
     assert (backend["parallel"], backend["ctx_size"], backend["kv_cells"]) == (64, 4096, 16384)
-    with httpx.Client(timeout=30) as c:
-        e = entry(server)
-        stats = c.get(e["backend_url"] + "/stats", headers=backend_headers(e["pid"])).json()
-    assert stats["kv_cells_total"] == 16384
+    before = backend_stats(server)
+    assert before["kv_cells_total"] == 16384 and before["max_batch_sequences"] < 64
 
     async def all_of_them() -> list[tuple[float, float, int]]:
         limits = httpx.Limits(max_connections=80)
@@ -156,9 +155,18 @@ def test_parallel_64_with_16384_kv_cells_serves_64_requests_at_once(
 
     runs = asyncio.run(all_of_them())
     assert all(tokens >= 24 for _, _, tokens in runs)
+    assert backend_stats(server)["max_batch_sequences"] == 64, "64 sequences in one decode"
     last_start = max(first for first, _, _ in runs)
     first_end = min(end for _, end, _ in runs)
     assert last_start < first_end, "some requests finished before others started"
+
+
+def backend_stats(server: RunningServer) -> dict[str, Any]:
+    e = entry(server)
+    with httpx.Client(timeout=30) as c:
+        r = c.get(e["backend_url"] + "/stats", headers=backend_headers(e["pid"]))
+    body: dict[str, Any] = r.json()
+    return body
 
 
 @NEEDS_GPU

@@ -62,6 +62,8 @@ class WorkerSnapshot:
     kv_total: int = 0
     num_decodes: int = 0
     decode_s: float = 0.0
+    #: The most sequences one decode has held.
+    max_batch_seqs: int = 0
     num_compactions: int = 0
     #: Prompts that started on a prefix shared from another sequence's cells.
     num_shares: int = 0

@@ -49,6 +49,7 @@ def take_snapshot(w: WorkerParts) -> WorkerSnapshot:
         kv_total=kv.n_ctx,
         num_decodes=w.decoder.num_decodes,
         decode_s=w.decoder.decode_s,
+        max_batch_seqs=w.decoder.max_batch_seqs,
         num_compactions=kv.num_compactions,
         num_shares=kv.num_shares,
         num_parked=len(parked.entries),
