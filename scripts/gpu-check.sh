@@ -93,6 +93,14 @@ run_kit() {
   local work=${GPU_CHECK_WORK:-$here/work}
   mkdir -p "$work"
   log "backend $backend on $(nproc) cores; $("$py" --version 2>&1); kit $(cat "$kit/MANIFEST")"
+  local want have
+  want=$(cut -d' ' -f2 "$kit/MANIFEST")
+  have=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  if [ "$want" != "$have" ]; then
+    echo "the kit's wheels are for Python $want, $py is $have: make the kit with" \
+      "--python $have, or set PYTHON to a python$want" >&2
+    exit 2
+  fi
   if [ "$backend" = cuda ]; then
     nvidia-smi -L >&2 || { echo "no NVIDIA GPU (nvidia-smi -L)" >&2; exit 2; }
     if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
