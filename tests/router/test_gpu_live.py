@@ -169,6 +169,31 @@ def backend_stats(server: RunningServer) -> dict[str, Any]:
     return body
 
 
+def test_ollamas_num_ctx_and_lemonades_ctx_size_as_their_docs_define(
+    server: RunningServer,
+) -> None:
+    """Issue 48: "Lemonade's and Ollama's options map onto them as their docs define".
+    Ollama: "Required RAM will scale by OLLAMA_NUM_PARALLEL * OLLAMA_CONTEXT_LENGTH", so
+    `num_ctx` 1024 gives each of a worker's 8 sequences 1,024 cells; Lemonade's
+    `ctx_size` is llama-server's `-c` (with `-kvu`): the worker's cells, which one
+    sequence may fill."""
+    with server.client(timeout=300) as c:
+        assert c.post("/api/v1/unload", json={}).status_code == 200
+        body = {
+            "model": DEFAULT_MODEL,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "stream": False,
+            "options": {"num_ctx": 1024, "num_predict": 2},
+        }
+        r = c.post("/api/chat", json=body)
+        assert r.status_code == 200, r.text
+    backend = backend_health(server)
+    assert (backend["parallel"], backend["ctx_size"], backend["kv_cells"]) == (8, 1024, 8192)
+    assert load(server, ctx_size=2048).status_code == 200
+    backend = backend_health(server)
+    assert (backend["ctx_size"], backend["kv_cells"]) == (2048, 2048)
+
+
 @NEEDS_GPU
 def test_cuda_offloads_every_layer_and_counts_its_vram(server: RunningServer) -> None:
     """Issue 48 (goals): "VRAM per model within 5% of nvidia-smi's per-process figure";
