@@ -106,17 +106,27 @@ class Registry:
         self.home = home
         raw = json.loads(files("juggler.registry").joinpath("catalog.json").read_text())
         self._builtin = {name: _info(name, entry) for name, entry in raw.items()}
+        self._read: tuple[tuple[str, int, int, int], dict[str, Any]] | None = None
 
     @property
     def user_file(self) -> Path:
         return (self.home or juggler_home()) / "user_models.json"
 
     def _user_entries(self) -> dict[str, Any]:
+        """The user models' file, read again only when it changed (every request for a
+        `user.` model asks: issue 47). Not to be mutated: writers edit the file."""
         path = self.user_file
-        if not path.exists():
+        try:
+            st = path.stat()
+        except FileNotFoundError:
             return {}
+        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+        if self._read is not None and self._read[0] == key:
+            return self._read[1]
         data = json.loads(path.read_text() or "{}")
-        return data if isinstance(data, dict) else {}
+        entries = data if isinstance(data, dict) else {}
+        self._read = (key, entries)
+        return entries
 
     def list(self) -> list[ModelInfo]:
         users = [_info(n, e) for n, e in sorted(self._user_entries().items())]

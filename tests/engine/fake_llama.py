@@ -96,6 +96,10 @@ class FakeBatch:
         self.rows: list[Row] = []
         self.closed = False
 
+    @property
+    def n_tokens(self) -> int:
+        return len(self.rows)
+
     def clear(self) -> None:
         self.rows = []
 

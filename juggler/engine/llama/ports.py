@@ -72,6 +72,9 @@ class TokenBatch(Protocol):
     @property
     def capacity(self) -> int: ...
 
+    #: Tokens in the batch now.
+    n_tokens: int
+
     def clear(self) -> None: ...
 
     def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:

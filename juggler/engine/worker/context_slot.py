@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from juggler.engine.llama.ports import Adapter, LlamaContext, Logits, SeqState, TokenBatch
+from juggler.engine.worker.thread_tuner import ThreadTuner
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,17 @@ def rss_bytes() -> int:
 
 class ContextSlot:
     def __init__(
-        self, make: Callable[[], LlamaContext], threads: Callable[[], int] | None = None
+        self,
+        make: Callable[[], LlamaContext],
+        threads: Callable[[], int] | None = None,
+        *,
+        tune: bool = False,
     ) -> None:
         self._make = make
         #: Asked before every decode: the thread count the compute plan gives now.
         self._threads = threads
+        #: With `tune`, each decode runs with the count of those that measured fastest.
+        self.tuner = ThreadTuner() if tune and threads is not None else None
         self._ctx: LlamaContext | None = None
         self._removals_before = 0
         #: Resident memory the context took when it was last made.
@@ -98,9 +105,18 @@ class ContextSlot:
 
     def decode(self, batch: TokenBatch) -> int:
         ctx = self.ensure()
-        if self._threads is not None:
+        if self._threads is None:
+            return ctx.decode(batch)
+        if self.tuner is None:
             ctx.set_threads(self._threads())
-        return ctx.decode(batch)
+            return ctx.decode(batch)
+        rows = batch.n_tokens
+        n = self.tuner.choose(self._threads(), rows)
+        ctx.set_threads(n)
+        t0 = time.perf_counter()
+        rc = ctx.decode(batch)
+        self.tuner.observe(n, rows, time.perf_counter() - t0)
+        return rc
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         return self.ensure().seq_rm(seq_id, p0, p1)

@@ -136,7 +136,10 @@ class Worker(OwnerThread):
         wid = self.worker_id
         gov = self.governor
         threads = (lambda: gov.threads_for(wid)) if gov is not None else None
-        self.ctx = ContextSlot(lambda: self.model.new_context(params), threads)
+        # Explicit `--threads` are kept; otherwise each decode runs with the count of the
+        # compute plan's threads that measures fastest (`thread_tuner`).
+        tune = gov is not None and gov.fixed_threads <= 0
+        self.ctx = ContextSlot(lambda: self.model.new_context(params), threads, tune=tune)
         batch = self.model.new_batch(cfg.n_batch)
         n_ctx = self.ctx.n_ctx
         self.kv = KvBook(

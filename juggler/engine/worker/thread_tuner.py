@@ -1,0 +1,92 @@
+"""How many of its threads a worker decodes with: the count that decodes fastest, as
+measured (issue 47).
+
+The compute plan gives a worker at most `n` threads (`engine.threads`). Using all of them
+is not always faster: ggml's threads meet at a barrier after every operation, so a
+decode of a few rows of a small model is done sooner by one thread than by two that wait
+for each other, and on a machine that is busy with other work (a browser, another
+model, the router and the client of this very request) a barrier waits for whichever
+thread the kernel took away, for a whole time slice. Measured on 2 cores: one row of the
+host-bound test model took 0.59 ms with one thread and 1.4-2.8 ms with two while other
+processes ran.
+
+`ThreadTuner` keeps, per decode size (rows, by powers of two) and thread count, an
+average of the decode's time, and decodes with the count that was fastest; fewer
+threads win unless more are `MORE_THREADS_GAIN` faster (they would hold cores that the
+event loop, the router and the clients need). Every `EXPLORE_EVERY`-th decode of a size
+tries another count, so the choice follows the machine as its load changes: at most one
+decode in `EXPLORE_EVERY` runs with a slower count. Pure: the worker feeds it each
+decode's time (`observe`); owned by the worker thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Weight of the newest decode in a count's average time.
+ALPHA = 0.2
+#: Decodes of one size between two tries of another thread count.
+EXPLORE_EVERY = 64
+#: More threads are chosen only when they decode this much faster (0.1: 10%).
+MORE_THREADS_GAIN = 0.1
+#: Decodes a count needs before its average is trusted.
+MIN_SAMPLES = 2
+
+
+def candidates(n_max: int) -> tuple[int, ...]:
+    """The thread counts tried under a limit of `n_max`: all, half, one."""
+    return tuple(sorted({max(1, n_max), max(1, n_max // 2), 1}))
+
+
+def size_of(rows: int) -> int:
+    """The size class of a decode of `rows` rows (1, 2-3, 4-7, ... 512 and more)."""
+    return min(max(rows, 1), 512).bit_length()
+
+
+@dataclass
+class _Stat:
+    mean_s: float = 0.0
+    samples: int = 0
+
+
+@dataclass
+class ThreadTuner:
+    #: (size, threads) -> that count's average decode time at that size.
+    stats: dict[tuple[int, int], _Stat] = field(default_factory=dict)
+    #: Decodes of each size so far (what exploration counts).
+    decodes: dict[int, int] = field(default_factory=dict)
+
+    def choose(self, n_max: int, rows: int) -> int:
+        """The thread count for a decode of `rows` rows with at most `n_max` threads."""
+        options = candidates(n_max)
+        if len(options) == 1:
+            return options[0]
+        size = size_of(rows)
+        seen = [self.stats.get((size, n), _Stat()) for n in options]
+        for n, stat in zip(options, seen, strict=True):
+            if stat.samples < MIN_SAMPLES:
+                return n
+        best = self._best(options, seen)
+        count = self.decodes.get(size, 0)
+        if count % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+            others = [n for n in options if n != best]
+            # The count tried least of late, so that each is heard from in turn.
+            return min(others, key=lambda n: self.stats[(size, n)].samples)
+        return best
+
+    @staticmethod
+    def _best(options: tuple[int, ...], seen: list[_Stat]) -> int:
+        """The fewest threads whose time more threads do not beat by MORE_THREADS_GAIN."""
+        best, best_s = options[0], seen[0].mean_s
+        for n, stat in zip(options[1:], seen[1:], strict=True):
+            if stat.mean_s < best_s * (1.0 - MORE_THREADS_GAIN):
+                best, best_s = n, stat.mean_s
+        return best
+
+    def observe(self, threads: int, rows: int, seconds: float) -> None:
+        """A decode of `rows` rows took `seconds` with `threads` threads."""
+        size = size_of(rows)
+        self.decodes[size] = self.decodes.get(size, 0) + 1
+        stat = self.stats.setdefault((size, threads), _Stat())
+        stat.mean_s = seconds if not stat.samples else stat.mean_s + ALPHA * (seconds - stat.mean_s)
+        stat.samples += 1

@@ -1,0 +1,62 @@
+"""How many threads a worker decodes with (issue 47): the count that measured fastest,
+fewer unless more are clearly faster, and every so often another count is tried so the
+choice follows the machine's load."""
+
+from __future__ import annotations
+
+from juggler.engine.worker.thread_tuner import (
+    EXPLORE_EVERY,
+    MIN_SAMPLES,
+    ThreadTuner,
+    candidates,
+    size_of,
+)
+
+
+def run(tuner: ThreadTuner, n_max: int, rows: int, cost: dict[int, float], n: int) -> list[int]:
+    """`n` decodes whose time with each thread count is `cost`; the counts chosen."""
+    chosen = []
+    for _ in range(n):
+        t = tuner.choose(n_max, rows)
+        chosen.append(t)
+        tuner.observe(t, rows, cost[t])
+    return chosen
+
+
+def test_the_counts_tried_are_all_half_and_one() -> None:
+    assert candidates(1) == (1,)
+    assert candidates(2) == (1, 2)
+    assert candidates(16) == (1, 8, 16)
+    assert [size_of(r) for r in (1, 2, 3, 4, 64, 100, 10_000)] == [1, 2, 2, 3, 7, 7, 10]
+
+
+def test_one_thread_wins_where_two_wait_for_each_other() -> None:
+    """A busy machine: two threads took 1.4-2.8 ms a row, one 0.59 ms."""
+    tuner = ThreadTuner()
+    chosen = run(tuner, 2, 1, {1: 0.00059, 2: 0.0021}, 500)
+    steady = chosen[2 * MIN_SAMPLES :]
+    assert steady.count(1) >= len(steady) * (1 - 1.5 / EXPLORE_EVERY)
+    assert 2 in steady  # still tried now and then
+
+
+def test_more_threads_win_only_when_clearly_faster_and_per_decode_size() -> None:
+    tuner = ThreadTuner()
+    # Big decodes: two threads take 60% of one's time; small ones: 95% (not worth it).
+    big = run(tuner, 2, 64, {1: 0.010, 2: 0.006}, 200)[2 * MIN_SAMPLES :]
+    small = run(tuner, 2, 1, {1: 0.0010, 2: 0.00095}, 200)[2 * MIN_SAMPLES :]
+    assert big.count(2) > 0.9 * len(big)
+    assert small.count(1) > 0.9 * len(small)
+
+
+def test_the_choice_follows_the_load_as_it_changes() -> None:
+    tuner = ThreadTuner()
+    run(tuner, 2, 8, {1: 0.004, 2: 0.002}, 200)
+    assert tuner.choose(2, 8) == 2
+    # Another process takes a core: two threads now wait at every barrier.
+    later = run(tuner, 2, 8, {1: 0.004, 2: 0.012}, 20 * EXPLORE_EVERY)
+    assert later[-EXPLORE_EVERY // 2 :].count(1) >= EXPLORE_EVERY // 2 - 1
+
+
+def test_a_single_thread_limit_is_kept() -> None:
+    tuner = ThreadTuner()
+    assert run(tuner, 1, 4, {1: 0.001}, 10) == [1] * 10
