@@ -49,6 +49,14 @@ def entry(server: RunningServer) -> dict[str, Any]:
     return found
 
 
+def ollama_ps(server: RunningServer) -> dict[str, Any]:
+    """The model's entry in Ollama's /api/ps."""
+    with server.client() as c:
+        models = c.get("/api/ps").json()["models"]
+    found: dict[str, Any] = next(m for m in models if m["name"].startswith(DEFAULT_MODEL))
+    return found
+
+
 def backend_health(server: RunningServer) -> dict[str, Any]:
     e = entry(server)
     with httpx.Client(timeout=10) as c:
@@ -104,6 +112,7 @@ def test_system_info_and_health_report_no_gpu_here(server: RunningServer) -> Non
     memory = server.health()["memory"]
     assert isinstance(memory, dict)
     assert [s["memory"] for s in memory["sources"]] == ["host"]
+    assert ollama_ps(server)["size_vram"] == 0 and ollama_ps(server)["size"] > 0
 
 
 async def _stream_one(client: httpx.AsyncClient, i: int) -> tuple[float, float, int]:
@@ -207,6 +216,7 @@ def test_cuda_offloads_every_layer_and_counts_its_vram(server: RunningServer) ->
     held = nvml.process_bytes().get(e["pid"])
     assert held, "NVML lists the backend's process"
     assert abs(e["memory"]["vram_bytes"] - held) <= 0.05 * held
+    assert ollama_ps(server)["size_vram"] == e["memory"]["vram_bytes"]
     partial = load(server, llamacpp_backend="cuda", n_gpu_layers=5)
     assert partial.status_code == 200, partial.text
     assert entry(server)["gpu_layers"] == {"layers": 5, "of": 31}
