@@ -167,3 +167,21 @@ def test_context_and_kv_cells_are_two_settings(tmp_path: Path) -> None:
     assert few.param == "kv_cells"
     huge = _refusal(path, GPU, 2 * GIB, ctx_size=4096, kv_cells=4_000_000, llamacpp_backend="cpu")
     assert huge.param == "kv_cells" and "4000000 KV cells" in huge.message
+
+
+def test_the_servers_defaults_take_effect_and_a_load_overrides_them(tmp_path: Path) -> None:
+    """The server-wide `kv_cells` and `n_gpu_layers` (JUGGLER_KV_CELLS,
+    JUGGLER_N_GPU_LAYERS) are each load's default; a /load body's values win."""
+    path = layered(tmp_path / "m.gguf")
+    info = ModelInfo(name="M", checkpoint=str(path))
+    server = settings(parallel=8, kv_cells=16384, n_gpu_layers=2, llamacpp_backend="cuda")
+
+    def argv(**body: object) -> str:
+        opts = server.model_options(body)
+        launch = plan_launch(info, opts, server, resolve_path, memory_bytes=24 * GIB, gpu=GPU)
+        return " ".join(launch.argv(1))
+
+    default = argv()
+    assert "--kv-cells 16384" in default and "--n-gpu-layers 2" in default
+    given = argv(kv_cells=8192, n_gpu_layers=4)
+    assert "--kv-cells 8192" in given and "--n-gpu-layers 4" in given
