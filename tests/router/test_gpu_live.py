@@ -203,6 +203,7 @@ def test_ollamas_num_ctx_and_lemonades_ctx_size_as_their_docs_define(
     assert (backend["ctx_size"], backend["kv_cells"]) == (2048, 2048)
 
 
+@pytest.mark.gpu
 @NEEDS_GPU
 def test_cuda_offloads_every_layer_and_counts_its_vram(server: RunningServer) -> None:
     """Issue 48 (goals): "VRAM per model within 5% of nvidia-smi's per-process figure";
