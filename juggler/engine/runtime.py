@@ -20,7 +20,7 @@ from juggler.engine.cache.prefix_cache import prefix_keys
 from juggler.engine.embed_inputs import Inputs, embed_inputs, rerank_inputs
 from juggler.engine.engine_config import EngineConfig, embed_worker_config, worker_config
 from juggler.engine.llama.chat import CHATML, ChatTemplate
-from juggler.engine.llama.native import Model, supports_gpu_offload
+from juggler.engine.llama.native import Model
 from juggler.engine.llama.ports import LlamaModel
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.master import Master
@@ -78,7 +78,6 @@ class Engine:
             )
         else:  # never rendered: embedding and reranking models do not chat
             self.template = ChatTemplate(CHATML, bos_token=bos, eos_token=eos, origin="none")
-        self.device = "gpu" if flags.n_gpu_layers > 0 and supports_gpu_offload() else "cpu"
         self.workers: list[Worker | EmbedWorker] = []
         #: Each worker's thread count, as the router's compute plan divides the cores.
         self.governor = governor or governor_from(flags.threads, reader_from_env())
