@@ -57,6 +57,7 @@ from juggler.engine.structured.tools import (
 )
 from juggler.engine.thinking.grammar import with_thinking
 from juggler.engine.thinking.template import NO_THINK, ThinkPlan, request_plan
+from juggler.engine.thinking.usage import with_reasoning
 from juggler.errors import BadRequest
 
 
@@ -117,7 +118,9 @@ def chat_sampling(
     return dataclasses.replace(params, grammar=grammar, top_logprobs=top)
 
 
-def answer_grammar(engine: Engine, grammar: str | None, *, raw: bool, think: ThinkPlan) -> str | None:
+def answer_grammar(
+    engine: Engine, grammar: str | None, *, raw: bool, think: ThinkPlan
+) -> str | None:
     """A structured output's grammar holds the answer, after the thinking; a raw GBNF
     `grammar` (llama-server's) holds the whole output, as does the model's `--grammar`
     when the request gives none."""
@@ -194,9 +197,9 @@ async def chat(
     wants_logprobs = params.top_logprobs is not None
     if not body.stream:
         finals = await collect(sinks, request)
-        out = []
+        out, made = [], [Choice(i, plan, think) for i in range(n)]
         for i, ev in enumerate(finals):
-            c = Choice(i, plan, think)
+            c = made[i]
             c.feed(ev)
             out.append(
                 {
@@ -208,6 +211,8 @@ async def chat(
                 }
             )
         use = shape.choices_usage([ev.stats for ev in finals])
+        if think.reasons:
+            use = with_reasoning(use, engine.model.tokenize, (c.reasoning for c in made))
         return shape.chat_response(rid, name, out, use)
     created = int(time.time())
     choices = [Choice(i, plan, think) for i in range(n)]
@@ -254,9 +259,10 @@ async def chat(
         tail = []
         if body.include_usage:
             use = shape.choices_usage(stats)
-            tail.append(
-                sse.data(shape.usage_chunk(rid, name, created, "chat.completion.chunk", use))
-            )
+            if think.reasons:
+                use = with_reasoning(use, engine.model.tokenize, (c.reasoning for c in choices))
+            kind = "chat.completion.chunk"
+            tail.append(sse.data(shape.usage_chunk(rid, name, created, kind, use)))
         yield b"".join([*tail, sse.DONE])
 
     return sse_response(frames(), sinks)
