@@ -1,0 +1,79 @@
+"""A small random-weight vision projector GGUF that llama.cpp's `clip` loader accepts.
+
+No vision model is on the package registry, so the tests build one: a LLaVA-1.5-style
+`mlp` projector (a CLIP-like tower of `N_LAYER` blocks, `N_EMBD` wide, then
+`N_EMBD -> n_out -> n_out`) whose output width `n_out` is the text model's embedding
+width (576 for SmolLM2-135M). A 64x64 image in 16x16 patches is 16 image tokens.
+Random weights prove the plumbing, not the quality (issue 51).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+IMAGE_SIZE = 64
+PATCH_SIZE = 16
+N_EMBD = 64
+N_FF = 128
+N_LAYER = 2
+N_HEAD = 4
+#: What one image becomes: one token per patch.
+IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
+
+
+def make_projector(dest: Path, *, n_out: int = 576, seed: int = 51) -> Path:
+    """Write the projector GGUF to `dest` and return `dest`."""
+    rng = np.random.default_rng(seed)
+
+    def rand(*shape: int, scale: float = 0.02) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w = gguf.GGUFWriter(str(dest), "clip")
+    w.add_string("general.name", "juggler test projector (random weights)")
+    w.add_uint32("general.file_type", 0)
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.has_text_encoder", False)
+    w.add_string("clip.projector_type", "mlp")
+    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
+    w.add_uint32("clip.vision.patch_size", PATCH_SIZE)
+    w.add_uint32("clip.vision.embedding_length", N_EMBD)
+    w.add_uint32("clip.vision.feed_forward_length", N_FF)
+    w.add_uint32("clip.vision.projection_dim", n_out)
+    w.add_uint32("clip.vision.attention.head_count", N_HEAD)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-5)
+    # Every block feeds the projector (llava's default stops one block short).
+    w.add_uint32("clip.vision.block_count", N_LAYER + 1)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    w.add_bool("clip.use_gelu", True)
+    n_pos = IMAGE_TOKENS + 1  # the class embedding's position too
+    # numpy shapes are the reverse of ggml's: a ggml [n_in, n_out] weight is (n_out, n_in).
+    w.add_tensor("v.patch_embd.weight", rand(N_EMBD, 3, PATCH_SIZE, PATCH_SIZE))
+    w.add_tensor("v.class_embd", rand(N_EMBD))
+    w.add_tensor("v.position_embd.weight", rand(n_pos, N_EMBD))
+    w.add_tensor("v.pre_ln.weight", np.ones(N_EMBD, np.float32))
+    w.add_tensor("v.pre_ln.bias", np.zeros(N_EMBD, np.float32))
+    for i in range(N_LAYER + 1):
+        p = f"v.blk.{i}"
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            w.add_tensor(f"{p}.{name}.weight", rand(N_EMBD, N_EMBD))
+            w.add_tensor(f"{p}.{name}.bias", np.zeros(N_EMBD, np.float32))
+        for name in ("ln1", "ln2"):
+            w.add_tensor(f"{p}.{name}.weight", np.ones(N_EMBD, np.float32))
+            w.add_tensor(f"{p}.{name}.bias", np.zeros(N_EMBD, np.float32))
+        w.add_tensor(f"{p}.ffn_up.weight", rand(N_FF, N_EMBD))
+        w.add_tensor(f"{p}.ffn_up.bias", np.zeros(N_FF, np.float32))
+        w.add_tensor(f"{p}.ffn_down.weight", rand(N_EMBD, N_FF))
+        w.add_tensor(f"{p}.ffn_down.bias", np.zeros(N_EMBD, np.float32))
+    w.add_tensor("mm.0.weight", rand(n_out, N_EMBD, scale=0.1))
+    w.add_tensor("mm.0.bias", np.zeros(n_out, np.float32))
+    w.add_tensor("mm.2.weight", rand(n_out, n_out, scale=0.05))
+    w.add_tensor("mm.2.bias", np.zeros(n_out, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dest
