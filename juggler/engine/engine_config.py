@@ -24,6 +24,8 @@ class EngineConfig:
     model_name: str
     type: ModelType = ModelType.LLM
     flags: EngineFlags = field(default_factory=lambda: EngineFlags.model_validate({}))
+    #: The vision projector (mmproj GGUF) loaded with the model, if any (issue 51).
+    mmproj: str | None = None
 
     @functools.cached_property
     def num_workers(self) -> int:

@@ -1,0 +1,132 @@
+"""A worker's images: the image runs at the front of a sequence's pending input are
+encoded by the projector and decoded into the sequence, in the worker's own tick
+(issue 51; `llama.media` for how an image is a run of placeholder tokens).
+
+llama.cpp decodes an image's embeddings in a batch of their own (a batch holds token
+ids or embeddings), so a tick that meets an image runs one more decode before the
+planned one: the other streams of the worker wait for that decode and for the
+projector's encoding (a repeat of a cached image skips the encoding, and an image whose
+KV is already cached, a repeated prompt, skips both). `bench/bench_vision.py` measures
+what they wait. The planned batch takes a sequence's text only up to its next image.
+
+Runs on the worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from juggler.engine.llama.media import Projector, is_media
+from juggler.engine.schedule.batch import SeqWork
+from juggler.engine.worker.context_slot import ContextSlot
+from juggler.engine.worker.generation import Generations
+from juggler.engine.worker.kv import KvBook
+from juggler.engine.worker.session import Session
+from juggler.errors import ContextOverflow, EngineError
+
+log = logging.getLogger(__name__)
+
+
+def text_run(pending: list[int]) -> int:
+    """How many pending tokens come before the first image (all when none)."""
+    for i, t in enumerate(pending):
+        if is_media(t):
+            return i
+    return len(pending)
+
+
+def trailing(tokens: list[int], key: int) -> int:
+    """How many of `tokens`' last tokens are `key`."""
+    n = 0
+    for t in reversed(tokens):
+        if t != key:
+            break
+        n += 1
+    return n
+
+
+class MediaFeed:
+    def __init__(
+        self,
+        projector: Projector,
+        ctx: ContextSlot,
+        kv: KvBook,
+        gens: Generations,
+        n_batch: int,
+        worker_id: int = 0,
+    ) -> None:
+        self.projector = projector
+        self.ctx = ctx
+        self.kv = kv
+        self.gens = gens
+        self.n_batch = n_batch
+        self.worker_id = worker_id
+        #: Images decoded into sequences, and the seconds spent encoding and decoding.
+        self.num_images = 0
+        self.media_s = 0.0
+
+    def work(self, s: Session) -> SeqWork:
+        """`s`'s work for the plan: its text up to the next image (`schedule.batch`
+        takes all but the last of a sequence's tokens that chooses nothing, so one more
+        is counted), or all of it."""
+        n = text_run(s.pending)
+        if n < len(s.pending):
+            return SeqWork(s.seq_id, n + 1, False)
+        return SeqWork(s.seq_id, len(s.pending), s.needs_logits, s.num_draft)
+
+    def feed(self, s: Session) -> bool:
+        """Decode the images at the front of `s`'s pending input; False when `s` must
+        wait (no room) or its generation was ended (an error)."""
+        while s.pending and is_media(s.pending[0]):
+            key = s.pending[0]
+            item = self.projector.store.get(key)
+            if item is None:
+                return self._fail(s, EngineError("an image of this request is no longer cached"))
+            n = item.n_tokens
+            part = trailing(s.tokens, key) % n
+            if part:  # a cached prefix ended inside this image: decode all of it again
+                keep = len(s.tokens) - part
+                back = s.tokens[keep:]
+                before = len(s.pending)
+                self.kv.rollback(s, keep)
+                moved = len(s.pending) - before
+                s.pending[moved:moved] = back
+                continue
+            if len(s.pending) < n or s.pending[n - 1] != key:
+                return self._fail(s, EngineError("an image's positions were cut apart"))
+            if self.kv.make_room(n) < n:
+                return False
+            if not self._decode(s, item):
+                return False
+        return True
+
+    def _decode(self, s: Session, item: Any) -> bool:
+        t0 = time.perf_counter()
+        ctx = self.ctx.ensure()
+        embd = self.projector.encode(item)
+        rc = self.projector.decode(
+            getattr(ctx, "ptr", None), item, embd, s.n_past, s.seq_id, self.n_batch
+        )
+        self.media_s += time.perf_counter() - t0
+        if rc != 0:
+            self.kv.rollback(s, s.n_past)
+            return self._fail(
+                s, ContextOverflow(f"llama.cpp could not decode an image ({rc}): no room")
+            )
+        n = item.n_tokens
+        s.tokens.extend(s.pending[:n])
+        del s.pending[:n]
+        if s.generation is None or s.generation.num_generated == 0:
+            s.num_prefilled += n
+        self.num_images += 1
+        return True
+
+    def _fail(self, s: Session, error: Exception) -> bool:
+        log.warning("worker %d: %s", self.worker_id, error)
+        s.pending.clear()
+        s.num_draft = 0
+        if s.generation is not None:
+            self.gens.finish(s, "error", error=error)  # type: ignore[arg-type]
+        return False
