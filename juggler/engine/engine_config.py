@@ -26,6 +26,8 @@ class EngineConfig:
     flags: EngineFlags = field(default_factory=lambda: EngineFlags.model_validate({}))
     #: The vision projector (mmproj GGUF) loaded with the model, if any (issue 51).
     mmproj: str | None = None
+    #: Found beside the model, not named: the model loads without it if it fails.
+    mmproj_optional: bool = False
 
     @functools.cached_property
     def num_workers(self) -> int:

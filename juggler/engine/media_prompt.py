@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from juggler.api import media
 from juggler.engine.llama.media import Picture, Projector
-from juggler.errors import BadRequest
+from juggler.errors import BadRequest, JugglerError
 
 if TYPE_CHECKING:
     from juggler.engine.engine_config import EngineConfig
@@ -36,13 +36,20 @@ def load_projector(config: EngineConfig, model: Any, *, on_gpu: bool) -> Project
     if not config.mmproj:
         model.projector = None
         return None
-    projector = Projector(
-        config.mmproj,
-        model.ptr,
-        n_embd=int(model.n_embd),
-        n_threads=config.n_threads,
-        use_gpu=on_gpu,
-    )
+    try:
+        projector = Projector(
+            config.mmproj,
+            model.ptr,
+            n_embd=int(model.n_embd),
+            n_threads=config.n_threads,
+            use_gpu=on_gpu,
+        )
+    except JugglerError as exc:
+        if not config.mmproj_optional:
+            raise
+        log.warning("the projector beside the model was not loaded: %s", exc.message)
+        model.projector = None
+        return None
     log.info(
         "projector %s loaded (vision %s, audio %s)",
         config.mmproj,

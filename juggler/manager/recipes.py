@@ -43,8 +43,10 @@ from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotIn
 from juggler.manager import auto_ctx
 from juggler.manager.auto_ctx import header_of
 from juggler.manager.fit import available_memory_bytes, check_fit, check_threads
+from juggler.manager.projector_launch import projector_argv, with_projector
 from juggler.options import AUTO_CTX, EngineFlags, ModelOptions
 from juggler.registry.gguf_meta import GgufInfo
+from juggler.registry.mmproj import projector_for
 from juggler.types import Device, ModelInfo, ModelType
 
 #: Turns a model's checkpoint into a file on disk; raises CheckpointMissing.
@@ -342,7 +344,8 @@ def plan_launch(
     if recipe.name == "llamacpp":
         model_path = str(resolve(info))
         device = Device.CPU if options.llamacpp_backend == "cpu" else Device.GPU
-        header = header_of(model_path)
+        projector = projector_for(info, model_path)
+        header = with_projector(header_of(model_path), projector)
         host = memory_bytes if device is Device.CPU else None
         sized = auto_ctx.resolved(options, header, settings, memory_bytes=host)
         flags = _engine_flags(sized, settings, header, info)
@@ -363,7 +366,7 @@ def plan_launch(
             None,
             sized,
             "/health",
-            tuple(_llamacpp_argv(info, flags)),
+            tuple(_llamacpp_argv(info, flags) + projector_argv(projector)),
             reports_device=True,
             threads=_explicit_threads(options, settings),
             ctx_auto=options.ctx_size == AUTO_CTX,

@@ -120,6 +120,8 @@ class ServerSnapshot:
             "in_flight": self.in_flight,
             "num_loads": self.num_loads,
             "compute": self.compute.as_json() if self.compute is not None else None,
+            # Issue 51: launched with a vision projector (it takes images).
+            "vision": "--mmproj" in self.launch_command,
         }
 
 

@@ -19,6 +19,7 @@ Entity").
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from juggler.api import sse
 from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import CheckpointMissing, ModelNotFound, render
 from juggler.registry.checkpoint import LocalRef, parse_checkpoint
+from juggler.registry.mmproj import projector_for
 from juggler.router.core.bodies import parse
 from juggler.router.core.catalog_view import model_entry
 from juggler.router.core.deps import RouterState, is_admin, is_local_owner, state_of
@@ -43,6 +45,7 @@ from juggler.router.core.pulls import (
 )
 from juggler.router.core.security import check_registration
 from juggler.router.lemonade.schemas import DeleteRequest, PullRequest, RegisterRequest
+from juggler.types import ModelInfo
 
 router = APIRouter()
 
@@ -83,6 +86,10 @@ def _plan(
         local = parse_checkpoint(checkpoint)
         if isinstance(local, LocalRef) and not local.path.is_file():
             raise CheckpointMissing(f"model file not found: {local.path}", param="checkpoint")
+        if body.mmproj and ref is not None:  # fetched with the model (issue 51)
+            ref = dataclasses.replace(ref, extra_files=(body.mmproj,))
+        elif body.mmproj and isinstance(local, LocalRef):
+            projector_for(ModelInfo(body.model_name, checkpoint, mmproj=body.mmproj), local.path)
 
     def register() -> None:
         state.registry.add_user_model(
@@ -93,6 +100,7 @@ def _plan(
             command=body.command,
             health_path=body.health_path,
             device=body.device,
+            mmproj=body.mmproj,
         )
 
     return ref, register

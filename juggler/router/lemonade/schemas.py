@@ -124,7 +124,8 @@ class PullRequest(BaseModel):
     vision: StrictBool = False
     embedding: StrictBool = False
     reranking: StrictBool = False
-    #: Vision projectors: not supported (no image input), refused when given.
+    #: The vision projector: a file of the checkpoint's repository (downloaded with it),
+    #: or for a local checkpoint a file beside it (issue 51).
     mmproj: StrictStr | None = None
     command: StrictStr | None = None
     health_path: StrictStr = "/health"
@@ -132,10 +133,10 @@ class PullRequest(BaseModel):
 
     @field_validator("mmproj")
     @classmethod
-    def _no_vision(cls, v: str | None) -> str | None:
-        if v:
-            raise ValueError("vision models (mmproj) are not supported by Juggler")
-        return v
+    def _projector_file(cls, v: str | None) -> str | None:
+        if v is not None and (not v.endswith(".gguf") or "/" in v or "\\" in v or "\x00" in v):
+            raise ValueError("mmproj names a .gguf file beside the checkpoint's (no folders)")
+        return v or None
 
     @field_validator("checkpoints")
     @classmethod

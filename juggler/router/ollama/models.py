@@ -36,6 +36,7 @@ from juggler.registry.checkpoint import (
     resolve_checkpoint,
 )
 from juggler.registry.gguf_meta import GgufError, labels_of, read_info
+from juggler.registry.mmproj import takes_images
 from juggler.router.core.bodies import parse
 from juggler.router.core.catalog_view import FileFacts, file_facts
 from juggler.router.core.deps import RouterState, state_of
@@ -118,12 +119,14 @@ async def ps(request: Request) -> dict[str, Any]:
     return {"models": models}
 
 
-def capabilities(kind: ModelType) -> list[str]:
+def capabilities(kind: ModelType, *, vision: bool = False) -> list[str]:
     """Ollama's capability list: every chat model calls tools (Juggler's generic tool
-    format works with any chat template); no vision, thinking or insert (suffix)."""
+    format works with any chat template); `vision` with a projector (issue 51); no
+    thinking or insert (suffix)."""
     if kind is ModelType.EMBEDDING:
         return ["embedding"]
-    return ["completion", "tools"] if kind is ModelType.LLM else ["completion"]
+    out = ["completion", "tools"] if kind is ModelType.LLM else ["completion"]
+    return [*out, "vision"] if vision and kind is ModelType.LLM else out
 
 
 def shown_facts(info: ModelInfo) -> FileFacts:
@@ -169,7 +172,7 @@ async def show(request: Request) -> dict[str, Any]:
         "template": str(meta.get("tokenizer.chat_template", "")),
         "details": details(info, facts),
         "model_info": model_info,
-        "capabilities": capabilities(info.type),
+        "capabilities": capabilities(info.type, vision=takes_images(info)),
         "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
 
