@@ -1,9 +1,11 @@
 """Images in chat messages (issue 51): the one internal form every dialect turns its
 images into, an OpenAI `image_url` content part, and what reads it.
 
-Router and backend share it. A message's text (`ChatMessage.text`) holds `IMAGE_SLOT`
-where each image was; the backend puts the projector's marker there and reads the
-images, in order, from `image_urls`. Data URLs only reach a backend: the router turns an
+Router and backend share it. A message's text (`ChatMessage.text`) holds a slot where
+each image was, the image's URL inside (`slot`), so the image travels with the text
+through every path that renders messages (chat templates, sessions, the Responses
+API); the backend puts the projector's marker there and reads the images, in order,
+from the slots (`slots_of`). Data URLs only reach a backend: the router turns an
 allowed http(s) URL into one (`router.core.image_fetch`).
 """
 
@@ -11,11 +13,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Iterable
 from typing import Any
 
-#: Where an image was in a message's text (a user's text cannot hold it: NUL bytes).
-IMAGE_SLOT = "\x00juggler-image\x00"
+#: How an image's slot in a message's text begins (a user's text cannot hold it).
+IMAGE_SLOT = "\x00juggler-image:"
+SLOT_RE = re.compile("\x00juggler-image:([^\x00]*)\x00")
 #: The content part types that carry an image (OpenAI chat; Responses' input_image).
 IMAGE_PARTS = frozenset({"image_url", "input_image"})
 #: Image bytes at most, after base64 (setting-free; the body limit is the router's).
@@ -27,11 +31,21 @@ def check_image_part(part: dict[str, Any]) -> None:
     url = part_url(part)
     if not isinstance(url, str) or not url:
         raise ValueError("an image part needs image_url.url (a data: or http(s) URL)")
-    if not url.startswith(("data:", "http://", "https://")):
+    if "\x00" in url or not url.startswith(("data:", "http://", "https://")):
         raise ValueError("image_url.url must be a data: URL or an http(s) URL")
     extra = set(part) - {"type", "image_url", "detail", "file_id"}
     if extra:
         raise ValueError(f"unknown fields in an image part: {sorted(extra)}")
+
+
+def slot(url: str) -> str:
+    """The text that stands for an image in a message's text."""
+    return f"{IMAGE_SLOT}{url}\x00"
+
+
+def slots_of(text: str) -> list[str]:
+    """The image URLs of a rendered text's slots, in order."""
+    return SLOT_RE.findall(text)
 
 
 def part_url(part: dict[str, Any]) -> Any:

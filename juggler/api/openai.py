@@ -152,7 +152,9 @@ class ChatMessage(_Body):
         if isinstance(self.content, str):
             return self.content
         return "".join(
-            str(part["text"]) if part.get("type", "text") == "text" else media.IMAGE_SLOT
+            str(part["text"])
+            if part.get("type", "text") == "text"
+            else media.slot(str(media.part_url(part)))
             for part in self.content
         )
 

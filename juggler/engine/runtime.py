@@ -23,7 +23,7 @@ from juggler.engine.llama.chat import CHATML, ChatTemplate
 from juggler.engine.llama.native import Model, supports_gpu_offload
 from juggler.engine.llama.ports import LlamaModel
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.media_prompt import load_projector
+from juggler.engine.media_images import load_projector
 from juggler.engine.schedule.master import Master
 from juggler.engine.schedule.messages import (
     Abandon,

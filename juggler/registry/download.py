@@ -171,7 +171,9 @@ def _download(ref: HfRef, endpoint: str, token: str | None, on_progress: Progres
         _fetch_file(ref, files, extra, endpoint, token, on_progress)
     if have is not None:
         return have
-    return _fetch_file(ref, files, choose_file(list(files), ref.quant), endpoint, token, on_progress)
+    return _fetch_file(
+        ref, files, choose_file(list(files), ref.quant), endpoint, token, on_progress
+    )
 
 
 def _fetch_file(

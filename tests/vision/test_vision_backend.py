@@ -125,3 +125,35 @@ def test_a_bad_image_is_a_400_and_others_go_on(vision_backend: Backend) -> None:
         )
         assert huge.status_code == 400, huge.text
         assert chat(c, parts("Fine:", data_url(seed=5)))["choices"]
+
+
+def test_responses_input_image_and_a_following_turn(vision_backend: Backend) -> None:
+    """The Responses API's `input_image`, in a session: a second turn (previous_response_id)
+    appends to the sequence that holds the image, and its prompt counts the image's 16
+    positions once."""
+    image = {"type": "input_image", "image_url": data_url(seed=31)}
+    text = {"type": "input_text", "text": "What is in this picture?"}
+    with vision_backend.client() as c:
+        first = c.post(
+            "/v1/responses",
+            json={
+                "input": [{"role": "user", "content": [text, image]}],
+                "max_output_tokens": 4,
+                "temperature": 0,
+            },
+        )
+        assert first.status_code == 200, first.text
+        n1 = first.json()["usage"]["input_tokens"]
+        assert n1 > IMAGE_TOKENS
+        second = c.post(
+            "/v1/responses",
+            json={
+                "input": "And its colour?",
+                "previous_response_id": first.json()["id"],
+                "max_output_tokens": 4,
+                "temperature": 0,
+            },
+        )
+        assert second.status_code == 200, second.text
+        assert second.json()["usage"]["input_tokens"] > n1
+        assert c.get("/stats").json()["prompt_tokens_prefilled"] < n1

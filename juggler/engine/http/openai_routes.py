@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import jinja2
@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from juggler.api import openai as api
 from juggler.api import sse
-from juggler.api.media import IMAGE_SLOT, image_urls
+from juggler.api.media import IMAGE_SLOT
 from juggler.engine.http import responses as shape
 from juggler.engine.http.choices import (
     Choice,
@@ -85,21 +85,16 @@ async def start_choices(
     return sinks
 
 
-def render(
-    engine: Engine,
-    messages: list[dict[str, Any]],
-    tools: Any = None,
-    images: Sequence[str] = (),
-) -> list[int]:
-    """The prompt's tokens; `images` (data URLs) go where the text holds `IMAGE_SLOT`."""
+def render(engine: Engine, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
+    """The prompt's tokens (with its images', `api.media`)."""
     try:
         text = engine.render_chat(messages, tools)
     except jinja2.TemplateError as exc:
         raise BadRequest(
             f"messages: the model's chat template refused them: {exc}", param="messages"
         ) from None
-    if images or IMAGE_SLOT in text:
-        return tokenize_with_images(engine, text, list(images))
+    if IMAGE_SLOT in text:
+        return tokenize_with_images(engine, text)
     return engine.tokenize_prompt(text)
 
 
@@ -133,8 +128,7 @@ def prepare_chat(
     """The tool plan, the prompt's tokens and the sampling of a chat (off the loop)."""
     plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
     messages, template_tools = chat_messages(body.messages, plan, caps)
-    images = image_urls(m.content for m in body.messages)
-    prompt = render(engine, messages, template_tools, images)
+    prompt = render(engine, messages, template_tools)
     return plan, prompt, checked(engine, chat_sampling(engine, body, plan))
 
 

@@ -11,7 +11,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from juggler.api.media import IMAGE_SLOT
 from juggler.api.openai import AdapterSpec, ChatMessage, SamplingBody
 from juggler.api.structured import ResponseFormat
 from juggler.engine.adapter_paths import check_adapter_path
@@ -99,12 +98,7 @@ def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
 
 def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """Chat messages as a chat template reads them ({"role", "content"} with text only)."""
-    out = [m.as_template_input() for m in messages]
-    if any(IMAGE_SLOT in m["content"] for m in out):
-        raise BadRequest(
-            "sessions take text only; send images to /v1/chat/completions", param="messages"
-        )
-    return out
+    return [m.as_template_input() for m in messages]
 
 
 def adapter_ref(spec: AdapterSpec | None) -> AdapterRef | None:
