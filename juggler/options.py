@@ -340,6 +340,12 @@ class EngineFlags(BaseModel):
         description="Parked sessions' KV a worker keeps in host memory; past it, on disk.",
         json_schema_extra=_unit("MiB"),
     )
+    image_encode: Literal["background", "inline"] = Field(
+        "background",
+        description="Where a vision model's projector encodes an image while other streams "
+        "decode: on a thread of its own beside the worker (background), or in the worker's "
+        "tick, the other streams waiting (inline).",
+    )
 
     def to_argv(self) -> list[str]:
         """`--flag value` pairs for every field that is set (None fields are left out)."""

@@ -68,6 +68,7 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
         max_active_adapters=f.max_active_adapters,
         speculative=f.speculative == "on",
         spec_draft_max=f.spec_draft_max,
+        image_encode=f.image_encode,
     )
 
 

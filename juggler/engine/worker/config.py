@@ -45,6 +45,8 @@ class WorkerConfig:
     #: Prompt-lookup speculative decoding for requests that do not say, and its longest draft.
     speculative: bool = True
     spec_draft_max: int = 128
+    #: Where a projector encodes images while other streams decode (issue 51).
+    image_encode: str = "background"
 
 
 @dataclass(frozen=True)

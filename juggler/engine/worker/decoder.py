@@ -96,6 +96,8 @@ class Decoder:
             for s in sorted(self.table.values(), key=lambda s: s.seq_id)
             if s.state is not SessionState.CACHED and s.pending and s.has_seq
         ]
+        if self.media is not None:
+            self.media.others_busy = len(busy) > 1 or bool(self.api.waiting)
         work = [self._work(s) for s in busy if self._adapter_ready(s) and self._fed(s)]
         demand = min(sum(batching.schedulable(w) for w in work), self.batch.capacity)
         free = self.kv.make_room(demand)

@@ -1,19 +1,23 @@
 """A worker's images: the image runs at the front of a sequence's pending input are
-encoded by the projector and decoded into the sequence, in the worker's own tick
+encoded by the projector and decoded into the sequence, by the worker that owns it
 (issue 51; `llama.media` for how an image is a run of placeholder tokens).
 
-llama.cpp decodes an image's embeddings in a batch of their own (a batch holds token
-ids or embeddings), so a tick that meets an image runs one more decode before the
-planned one: the other streams of the worker wait for that decode and for the
-projector's encoding (a repeat of a cached image skips the encoding, and an image whose
-KV is already cached, a repeated prompt, skips both). `bench/bench_vision.py` measures
-what they wait. The planned batch takes a sequence's text only up to its next image.
+Encoding (the projector's own graph, no KV) runs beside the worker while other streams
+have work (`--image-encode background`): the worker goes on decoding them, and the
+sequence waits for its embeddings; with nothing else to do the worker encodes it
+itself. llama.cpp decodes an image's embeddings in a batch of their own (a batch holds
+token ids or embeddings, not both), so a tick that has an encoded image runs one more
+decode before the planned one: that decode (its tokens' worth of prefill) is what the
+other streams wait for. A repeat of a cached image skips the encoding, and an image
+whose KV is cached (a repeated prompt) skips both. `bench/bench_vision.py` measures
+it. The planned batch takes a sequence's text only up to its next image.
 
-Runs on the worker thread.
+Runs on the worker thread (the encoding thread only runs `Projector.encode`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from typing import Any
@@ -56,6 +60,8 @@ class MediaFeed:
         gens: Generations,
         n_batch: int,
         worker_id: int = 0,
+        *,
+        background: bool = True,
     ) -> None:
         self.projector = projector
         self.ctx = ctx
@@ -66,6 +72,12 @@ class MediaFeed:
         #: Images decoded into sequences, and the seconds spent encoding and decoding.
         self.num_images = 0
         self.media_s = 0.0
+        #: Encodings running beside the worker, by image (`background`).
+        self.background = background
+        self._encoding: dict[int, concurrent.futures.Future[Any]] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        #: Whether other sequences have work this tick (set by the decoder).
+        self.others_busy = False
 
     def work(self, s: Session) -> SeqWork:
         """`s`'s work for the plan: its text up to the next image (`schedule.batch`
@@ -96,16 +108,46 @@ class MediaFeed:
                 continue
             if len(s.pending) < n or s.pending[n - 1] != key:
                 return self._fail(s, EngineError("an image's positions were cut apart"))
+            if not self._encoded(item):
+                return False
             if self.kv.make_room(n) < n:
                 return False
             if not self._decode(s, item):
                 return False
         return True
 
+    def _encoded(self, item: Any) -> bool:
+        """Whether `item`'s embeddings are ready; if not, and other streams have work,
+        its encoding runs beside the worker (started now if it is not yet)."""
+        if item.embd is not None or not self.background:
+            return True
+        future = self._encoding.get(item.key)
+        if future is None:
+            if not self.others_busy:
+                return True  # nothing else to do: the worker encodes it itself
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix=f"encode-{self.worker_id}"
+                )
+            self._encoding[item.key] = self._pool.submit(self.projector.encode, item)
+            return False
+        if not future.done() and self.others_busy:
+            return False
+        del self._encoding[item.key]
+        future.result()  # waits when nothing else has work; raises its error
+        return True
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
     def _decode(self, s: Session, item: Any) -> bool:
         t0 = time.perf_counter()
         ctx = self.ctx.ensure()
-        embd = self.projector.encode(item)
+        try:
+            embd = self.projector.encode(item)
+        except EngineError as exc:
+            return self._fail(s, exc)
         rc = self.projector.decode(
             getattr(ctx, "ptr", None), item, embd, s.n_past, s.seq_id, self.n_batch
         )

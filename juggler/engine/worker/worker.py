@@ -193,7 +193,13 @@ class Worker(OwnerThread):
         projector = getattr(self.model, "projector", None)
         if projector is not None:
             self.decoder.media = MediaFeed(
-                projector, self.ctx, self.kv, self.gens, cfg.n_batch, wid
+                projector,
+                self.ctx,
+                self.kv,
+                self.gens,
+                cfg.n_batch,
+                wid,
+                background=cfg.image_encode == "background",
             )
         self.soft_idle = SoftIdle(self.ctx, self.table, self.api, wid)
         self.publish()
@@ -211,6 +217,8 @@ class Worker(OwnerThread):
             if s.generation is not None:
                 self.gens.finish(s, "cancelled", error=JugglerError("the backend is shutting down"))
         self.outbox.flush()
+        if self.decoder.media is not None:
+            self.decoder.media.close()
         self.decoder.batch.close()
         self.adapters.close()
         self.ctx.close()
