@@ -292,3 +292,25 @@ def _close_clients() -> Iterator[None]:
     yield
     while _clients:
         _clients.pop().close()
+
+
+def test_ollama_create_with_a_model_and_its_projector(
+    server: RunningServer, vision_files: Path
+) -> None:
+    """An Ollama `create` with two files, the GGUF and its projector, makes one vision
+    model (issue 51: "an Ollama FROM with two files")."""
+    with ollama.Client(host=server.base_url) as client:
+        model = client.create_blob(vision_files)
+        proj = client.create_blob(vision_files.parent / "mmproj-smol-vision.gguf")
+        client.create(
+            model="smol-vision-ollama",
+            files={"smol.gguf": model, "mmproj-smol.gguf": proj},
+        )
+        shown = client.show("smol-vision-ollama")
+        assert "vision" in (shown.capabilities or [])
+        chat = client.chat(
+            model="smol-vision-ollama",
+            messages=[{"role": "user", "content": "What is it?", "images": [encoded("JPEG", 46)]}],
+            options={"num_predict": 4},
+        )
+        assert (chat.prompt_eval_count or 0) > 16
