@@ -81,15 +81,16 @@ def _plan(
         command=body.command,
     )
     ref = None
+    projector = body.projector()
     if checkpoint:
         ref = hf_ref_of(checkpoint)
         local = parse_checkpoint(checkpoint)
         if isinstance(local, LocalRef) and not local.path.is_file():
             raise CheckpointMissing(f"model file not found: {local.path}", param="checkpoint")
-        if body.mmproj and ref is not None:  # fetched with the model (issue 51)
-            ref = dataclasses.replace(ref, extra_files=(body.mmproj,))
-        elif body.mmproj and isinstance(local, LocalRef):
-            projector_for(ModelInfo(body.model_name, checkpoint, mmproj=body.mmproj), local.path)
+        if projector and ref is not None:  # fetched with the model (issue 51)
+            ref = dataclasses.replace(ref, extra_files=(projector,))
+        elif projector and isinstance(local, LocalRef):
+            projector_for(ModelInfo(body.model_name, checkpoint, mmproj=projector), local.path)
 
     def register() -> None:
         state.registry.add_user_model(
@@ -100,7 +101,7 @@ def _plan(
             command=body.command,
             health_path=body.health_path,
             device=body.device,
-            mmproj=body.mmproj,
+            mmproj=projector,
         )
 
     return ref, register
