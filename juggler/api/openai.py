@@ -119,6 +119,8 @@ class ChatMessage(_Body):
     @field_validator("content")
     @classmethod
     def _text_parts(cls, v: str | list[dict[str, Any]] | None) -> Any:
+        if isinstance(v, str) and media.IMAGE_SLOT in v:
+            raise ValueError("text holds a reserved sequence")
         for part in v if isinstance(v, list) else ():
             kind = part.get("type", "text")
             if kind in media.IMAGE_PARTS:  # issue 51
