@@ -115,9 +115,11 @@ def start_router(
         "--admin-api-key", ADMIN, "--log-level", "warning",
     ]  # fmt: skip
     env = {"JUGGLER_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    if tree is not None:  # another checkout's juggler package (its backends inherit it)
+    if tree is not None:
+        # Another checkout's juggler package: `python -m` puts the working folder first on
+        # sys.path (ahead of PYTHONPATH), and the router's backends inherit the folder.
         env["PYTHONPATH"] = str(tree)
-    proc, log = start(cmd, "router", env)
+    proc, log = start(cmd, "router", env, cwd=tree)
     s = Server("juggler", proc, f"http://127.0.0.1:{port}", None, log)
     wait_ready(s, "/live", lambda r: r.status_code == 200)
     admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -131,6 +133,10 @@ def start_router(
         assert r.status_code == 200, r.text
         health = c.get("/api/v1/health").json()
     backend = next(int(m["pid"]) for m in health["all_models_loaded"] if m.get("pid"))
+    if tree is not None:
+        for pid in (proc.pid, backend):
+            ran = Path(f"/proc/{pid}/cwd").resolve()
+            assert ran == tree, f"{name}: process {pid} runs in {ran}, not {tree}"
     shutil.rmtree(home, ignore_errors=True)  # the router keeps what it opened
     return System(name, s.url, NAME, [s], {"router": proc.pid, "backend": backend})
 
