@@ -56,6 +56,7 @@ def media_counters(engine: Engine) -> dict[str, Any]:
         "images_encoded_total": projector.num_encodes,
         "image_encode_seconds_total": round(projector.encode_s, 6),
         "images_decoded_total": sum(f.num_images for f in fed),
+        "decodes_beside_image_encodes_total": sum(f.decodes_beside for f in fed),
         "image_seconds_total": round(sum(f.media_s for f in fed), 6),
         "projector_bytes": projector.bytes,
     }

@@ -120,6 +120,8 @@ class Decoder:
             for part in batching.exact_decodes(chunks):
                 if not self._decode(part, by_seq):
                     return Outcome.FAILED
+        if self.media is not None and self.media.encoding:
+            self.media.decodes_beside += 1  # other streams went on while one was encoded
         api = self.api
         if len(busy) == 1 and len(plan.chunks) == 1 and not api.waiting and not api.pending:
             chunk = plan.chunks[0]

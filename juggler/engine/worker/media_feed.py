@@ -78,6 +78,13 @@ class MediaFeed:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         #: Whether other sequences have work this tick (set by the decoder).
         self.others_busy = False
+        #: Decodes the worker ran while an encoding was running beside it.
+        self.decodes_beside = 0
+
+    @property
+    def encoding(self) -> bool:
+        """Whether an encoding runs beside the worker now."""
+        return any(not f.done() for f in self._encoding.values())
 
     def work(self, s: Session) -> SeqWork:
         """`s`'s work for the plan: its text up to the next image (`schedule.batch`
