@@ -24,6 +24,7 @@ from typing import Any
 
 from juggler.engine.llama.media import Projector, is_media
 from juggler.engine.schedule.batch import SeqWork
+from juggler.engine.worker.config import WorkerConfig
 from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.kv import KvBook
@@ -179,3 +180,14 @@ class MediaFeed:
         if s.generation is not None:
             self.gens.finish(s, "error", error=error)  # type: ignore[arg-type]
         return False
+
+
+def media_feed_for(
+    model: Any, ctx: ContextSlot, kv: KvBook, gens: Generations, cfg: WorkerConfig, wid: int
+) -> MediaFeed | None:
+    """A worker's `MediaFeed` when the model has a projector (`model.projector`)."""
+    projector = getattr(model, "projector", None)
+    if projector is None:
+        return None
+    background = cfg.image_encode == "background"
+    return MediaFeed(projector, ctx, kv, gens, cfg.n_batch, wid, background=background)

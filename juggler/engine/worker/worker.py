@@ -66,7 +66,7 @@ from juggler.engine.worker.downsize import SoftIdle
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.inputs import SessionInputs
 from juggler.engine.worker.kv import KvBook
-from juggler.engine.worker.media_feed import MediaFeed
+from juggler.engine.worker.media_feed import media_feed_for
 from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.engine.worker.session_api import SessionApi
 from juggler.engine.worker.snapshot import take_snapshot
@@ -190,17 +190,7 @@ class Worker(OwnerThread):
             max_prefill_chunk=cfg.max_prefill_chunk,
             worker_id=wid,
         )
-        projector = getattr(self.model, "projector", None)
-        if projector is not None:
-            self.decoder.media = MediaFeed(
-                projector,
-                self.ctx,
-                self.kv,
-                self.gens,
-                cfg.n_batch,
-                wid,
-                background=cfg.image_encode == "background",
-            )
+        self.decoder.media = media_feed_for(self.model, self.ctx, self.kv, self.gens, cfg, wid)
         self.soft_idle = SoftIdle(self.ctx, self.table, self.api, wid)
         self.publish()
 
