@@ -8,12 +8,13 @@ without images batch together, that the same image is cached" (issue 51, Tests).
 from __future__ import annotations
 
 import concurrent.futures
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.engine.conftest import Backend
+from tests.engine.conftest import Backend, start_backend
 from tests.vision.images import data_url
 from tests.vision.projector import IMAGE_TOKENS
 
@@ -157,3 +158,29 @@ def test_responses_input_image_and_a_following_turn(vision_backend: Backend) -> 
         assert second.status_code == 200, second.text
         assert second.json()["usage"]["input_tokens"] > n1
         assert c.get("/stats").json()["prompt_tokens_prefilled"] < n1
+
+
+def test_an_images_tokens_count_against_the_context(
+    smol_path: Path, projector_path: Path, tmp_path: Path
+) -> None:
+    """ "Admission counts an image's tokens against the context": 8 images (128 tokens)
+    do not fit a 128-token context, 2 do."""
+    b = start_backend(
+        smol_path, "smol-tiny-ctx", tmp_path, "--ctx-size", "128", "--mmproj", str(projector_path)
+    )
+    try:
+        with b.client() as c:
+            images = [data_url(seed=60 + i) for i in range(8)]
+            r = c.post(
+                "/v1/chat/completions",
+                json={
+                    "messages": [{"role": "user", "content": parts("x", *images)}],
+                    "max_tokens": 2,
+                },
+            )
+            assert r.status_code == 400, r.text
+            assert "128" in r.json()["error"]["message"]
+            ok = chat(c, parts("x", *images[:2]), 2)
+            assert ok["usage"]["prompt_tokens"] > 2 * IMAGE_TOKENS
+    finally:
+        b.stop()
