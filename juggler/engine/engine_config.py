@@ -55,7 +55,8 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
     f = config.flags
     batch = max(f.batch_size, f.parallel)
     return WorkerConfig(
-        n_ctx=f.ctx_size,
+        n_ctx=f.n_cells,
+        max_seq_tokens=f.ctx_size,
         n_batch=batch,
         n_seq_max=f.parallel,
         n_threads=config.n_threads,

@@ -34,6 +34,7 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
         "kv_cache_usage_perc": used / total if total else 0.0,
         "decode_calls_total": sum(s.num_decodes for s in snaps),
         "decode_seconds_total": sum(s.decode_s for s in snaps),
+        "max_batch_sequences": max((s.max_batch_seqs for s in snaps), default=0),
         "kv_compactions_total": sum(s.num_compactions for s in snaps),
         "prefix_shares_total": sum(s.num_shares for s in snaps),
         "parked_sequences": sum(s.num_parked for s in snaps),

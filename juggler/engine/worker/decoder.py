@@ -73,6 +73,8 @@ class Decoder:
         self.worker_id = worker_id
         self.num_decodes = 0
         self.decode_s = 0.0
+        #: The most sequences one decode has held (issue 48: streams that run together).
+        self.max_batch_seqs = 0
         #: The session the last tick decoded alone, one token and its drafts, while
         #: nothing else had work: until a command comes (`Worker.dispatch` clears it),
         #: the next tick decodes it again without planning (`run_lone`).
@@ -180,6 +182,7 @@ class Decoder:
         took = time.perf_counter() - t0
         self.num_decodes += 1
         self.decode_s += took
+        self.max_batch_seqs = max(self.max_batch_seqs, len(chunks))
         if rc == 0:
             # Only decoding rows (no prompt prefill): what sizes the next drafts, by the
             # cells its rows attend to (`n_past` is still what it was before the decode).

@@ -74,7 +74,7 @@ class Generations:
         self.notify = notify
         self.clock = clock
         self.worker_id = worker_id
-        self.n_ctx = kv.n_ctx
+        self.n_ctx = kv.max_seq  # one sequence's tokens (--ctx-size)
         #: Speculative decoding for requests that do not say, and its longest draft.
         self.speculative = speculative
         self.spec_draft_max = spec_draft_max

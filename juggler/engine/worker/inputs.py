@@ -28,11 +28,15 @@ class SessionInputs:
         self.vocab = vocab
         self.template = template
         self.kv = kv
-        self.n_ctx = kv.n_ctx
+        #: Tokens one sequence may hold (--ctx-size; at most the worker's cells).
+        self.n_ctx = kv.max_seq
 
     def check_room(self, held: int, num_new: int) -> None:
         """Refuse input that cannot fit (see `policy.room_error`)."""
-        error = room_error(held=held, num_new=num_new, live_cells=self.kv.live(), n_ctx=self.n_ctx)
+        kv = self.kv
+        error = room_error(
+            held=held, num_new=num_new, live_cells=kv.live(), n_ctx=self.n_ctx, n_cells=kv.n_ctx
+        )
         if error is not None:
             raise error
 

@@ -151,6 +151,7 @@ class Worker(OwnerThread):
             park_budget_bytes=cfg.park_budget_bytes,
             worker_id=wid,
         )
+        self.kv.max_seq = min(cfg.max_seq_tokens or n_ctx, n_ctx)
         self.adapters = AdapterSet(self.model, self.ctx, cfg.max_active_adapters)
         inputs = SessionInputs(self.model, self.template, self.kv)
         self.gens = Generations(

@@ -159,7 +159,7 @@ _PARAMETER_OF = {
     "ctx_size": "num_ctx",
     "threads": "num_thread",
     "batch_size": "num_batch",
-    "llamacpp_backend": "num_gpu",
+    "n_gpu_layers": "num_gpu",
 }
 
 

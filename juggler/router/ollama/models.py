@@ -27,6 +27,7 @@ from juggler import __version__
 from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import NotFound, NotSupported
 from juggler.manager.snapshot import ServerState
+from juggler.manager.vram import shown_bytes
 from juggler.registry.catalog import hf_alias_checkpoint
 from juggler.registry.checkpoint import (
     PackageRef,
@@ -95,6 +96,7 @@ async def ps(request: Request) -> dict[str, Any]:
     """The loaded models; `expires_at` is when an idle model would be unloaded."""
     state = state_of(request)
     memory = state.manager.memory_status()
+    per_pid = await state.manager.vram.per_pid()
     models = []
     for snap in state.manager.snapshot():
         if snap.status is not ServerState.READY:
@@ -112,7 +114,8 @@ async def ps(request: Request) -> dict[str, Any]:
                 "digest": digest_of(info, facts),
                 "details": details(info, facts),
                 "expires_at": ol.iso_at(snap.last_use + min(ttl, oo.KEEP_S)),
-                "size_vram": 0 if snap.device.label() == "cpu" else facts.size_bytes or 0,
+                # What the backend holds on the GPU, as health shows it (issue 48).
+                "size_vram": shown_bytes(snap.gpu, snap.pid, per_pid)[0],
                 "context_length": snap.options.ctx_size,
             }
         )
