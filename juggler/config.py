@@ -85,6 +85,11 @@ class Settings(BaseModel):
     admin_api_key: str | None = None
     #: Request bodies larger than this get 413.
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    #: Issue 51: whether images given by http(s) URL are fetched (off: only data URLs),
+    #: the most bytes one may have, and how long its fetch may take.
+    image_url_fetch: bool = False
+    image_url_max_bytes: int = Field(20 * 1024 * 1024, ge=1024, le=1 << 30)
+    image_url_timeout_s: float = Field(10.0, gt=0, le=600)
     #: A file upload (Ollama's blobs) larger than this gets 413.
     max_upload_bytes: int = Field(64 * 1024**3, ge=1024)
     #: Whether the `command` recipe (a model served by a command line) may run at all.

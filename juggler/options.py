@@ -410,6 +410,12 @@ class EngineFlags(BaseModel):
         description="Parked sessions' KV a worker keeps in host memory; past it, on disk.",
         json_schema_extra=_unit("MiB"),
     )
+    image_encode: Literal["background", "inline"] = Field(
+        "background",
+        description="Where a vision model's projector encodes an image while other streams "
+        "decode: on a thread of its own beside the worker (background), or in the worker's "
+        "tick, the other streams waiting (inline).",
+    )
 
     reasoning_format: Literal["auto", "deepseek", "none"] = Field(
         "auto",

@@ -41,7 +41,9 @@ from juggler.manager.auto_ctx import header_of
 from juggler.manager.fit import available_memory_bytes
 from juggler.manager.llamacpp import GpuView, explicit_threads, llamacpp_argv, place
 from juggler.manager.offload import Offload
+from juggler.manager.projector_launch import projector_argv, with_projector
 from juggler.options import AUTO_CTX, LaunchKey, ModelOptions
+from juggler.registry.mmproj import projector_for
 from juggler.types import Device, ModelInfo, ModelType
 
 #: Turns a model's checkpoint into a file on disk; raises CheckpointMissing.
@@ -272,7 +274,8 @@ def plan_launch(
         )
     if recipe.name == "llamacpp":
         model_path = str(resolve(info))
-        header = header_of(model_path)
+        projector = projector_for(info, model_path)
+        header = with_projector(header_of(model_path), projector)
         placed = place(
             info, options, settings, header, memory_bytes=memory_bytes, gpu=gpu or GpuView()
         )
@@ -284,7 +287,7 @@ def plan_launch(
             None,
             placed.options,
             "/health",
-            tuple(llamacpp_argv(info, placed.flags)),
+            tuple(llamacpp_argv(info, placed.flags) + projector_argv(projector)),
             reports_device=True,
             threads=explicit_threads(options, settings),
             ctx_auto=options.ctx_size == AUTO_CTX,

@@ -125,6 +125,8 @@ class ServerSnapshot:
             "num_loads": self.num_loads,
             "compute": self.compute.as_json() if self.compute is not None else None,
             "gpu_layers": self.gpu.as_json(),
+            # Issue 51: launched with a vision projector (it takes images).
+            "vision": "--mmproj" in self.launch_command,
         }
 
 

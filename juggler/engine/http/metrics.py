@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from juggler.engine.media_prompt import media_counters
+
 if TYPE_CHECKING:
     from juggler.engine.runtime import Engine
 
@@ -78,6 +80,7 @@ def stats_body(engine: Engine) -> dict[str, Any]:
     # the last request (llama.cpp `timings.cache_n` ...)".
     out["cache_tokens"] = out["prompt_tokens_reused"]
     out.update(engine_counters(engine))
+    out.update(media_counters(engine))
     if master is not None:
         t = master.totals
         out.update(

@@ -51,6 +51,8 @@ class WorkerConfig:
     spec_draft_max: int = 128
     #: Tokens one sequence may hold (--ctx-size); None: n_ctx.
     max_seq_tokens: int | None = None
+    #: Where a projector encodes images while other streams decode (issue 51).
+    image_encode: str = "background"
 
 
 @dataclass(frozen=True)

@@ -232,6 +232,8 @@ class Generations:
             depth,
             alone=len(running) == 1 and not self.crowded(),
         )
+        if draft and min(draft) < 0:  # never an image's placeholder (`llama.media`)
+            draft = draft[: next(i for i, t in enumerate(draft) if t < 0)]
         if draft:
             s.pending.extend(draft)
             s.num_draft = len(draft)

@@ -37,6 +37,7 @@ from juggler.registry.checkpoint import (
     resolve_checkpoint,
 )
 from juggler.registry.gguf_meta import GgufError, labels_of, read_info
+from juggler.registry.mmproj import takes_images
 from juggler.router.core.bodies import parse
 from juggler.router.core.catalog_view import FileFacts, file_facts, listed_labels
 from juggler.router.core.deps import RouterState, state_of
@@ -127,14 +128,18 @@ async def ps(request: Request) -> dict[str, Any]:
     return {"models": models}
 
 
-def capabilities(kind: ModelType, labels: tuple[str, ...] = ()) -> list[str]:
+def capabilities(
+    kind: ModelType, labels: tuple[str, ...] = (), *, vision: bool = False
+) -> list[str]:
     """Ollama's capability list: every chat model calls tools (Juggler's generic tool
-    format works with any chat template), a reasoning one thinks; no vision or insert."""
+    format works with any chat template); `vision` with a projector (issue 51), `thinking`
+    for a reasoning one (issue 49); no insert (suffix)."""
     if kind is ModelType.EMBEDDING:
         return ["embedding"]
     if kind is not ModelType.LLM:
         return ["completion"]
-    return ["completion", "tools", *(["thinking"] if "reasoning" in labels else [])]
+    thinks = ["thinking"] if "reasoning" in labels else []
+    return ["completion", "tools", *(["vision"] if vision else []), *thinks]
 
 
 def shown_facts(info: ModelInfo) -> FileFacts:
@@ -180,7 +185,9 @@ async def show(request: Request) -> dict[str, Any]:
         "template": str(meta.get("tokenizer.chat_template", "")),
         "details": details(info, facts),
         "model_info": model_info,
-        "capabilities": capabilities(info.type, tuple(listed_labels(info, facts))),
+        "capabilities": capabilities(
+            info.type, tuple(listed_labels(info, facts)), vision=takes_images(info)
+        ),
         "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
 
