@@ -16,11 +16,13 @@ from collections.abc import Callable
 from juggler.engine.llama.ports import LlamaModel, Logits
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogprob, token_logprobs
 from juggler.engine.schedule.batch import FINAL_ROWS
-from juggler.engine.schedule.drafts import MAX_MATCH, DecodeCost, Survival
+from juggler.engine.schedule.decode_cost import DecodeCost
+from juggler.engine.schedule.drafts import MAX_MATCH
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
+from juggler.engine.schedule.survival import Survival
 from juggler.engine.schedule.ties import tie_of
 from juggler.engine.worker.config import Clock
 from juggler.engine.worker.context_slot import ContextSlot
