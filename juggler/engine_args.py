@@ -16,7 +16,11 @@ from juggler.errors import BadRequest
 from juggler.options import EngineFlags, flag_of
 
 #: Flags a client may not pass in `llamacpp_args`: they have their own load option.
-OWNED_FLAGS: dict[str, str] = {"ctx_size": "ctx_size", "n_gpu_layers": "llamacpp_backend"}
+OWNED_FLAGS: dict[str, str] = {
+    "ctx_size": "ctx_size",
+    "kv_cells": "kv_cells",
+    "n_gpu_layers": "n_gpu_layers",
+}
 #: llama-server's switches (no value) and the engine flag value each one sets.
 SWITCH_FLAGS: dict[str, tuple[str, str]] = {"--no-mmap": ("mmap", "off")}
 #: llama-server flags accepted only at the value that is what Juggler does anyway (they

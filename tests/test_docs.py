@@ -76,12 +76,15 @@ def test_every_setting_has_one_row_with_its_environment_variable_and_default() -
     for key in KEYS:
         cells = rows[key]
         assert len(cells) == 4, f"{key}: expected | key | default | variable | meaning |"
+        assert _first_code(cells[2]) == env_name(key), f"{key}: variable {cells[2]!r}"
+        assert cells[3], f"{key}: says nothing of what it does"
+        if Settings.model_fields[key].default_factory is not None:
+            assert cells[1], f"{key}: a default that depends on the machine says how"
+            continue  # e.g. llamacpp_backend: what `make install` built here
         assert _first_code(cells[1]) == _shown(defaults[key]), (
             f"{key}: docs/configuration.md says the default is {cells[1]!r}, "
             f"the code says {_shown(defaults[key])!r}"
         )
-        assert _first_code(cells[2]) == env_name(key), f"{key}: variable {cells[2]!r}"
-        assert cells[3], f"{key}: says nothing of what it does"
 
 
 def test_no_removed_setting_is_documented() -> None:

@@ -12,9 +12,10 @@ LIMIT = 350
 WAITING = frozenset(
     {
         "juggler/api/openai.py",
+        "juggler/engine/worker/generation.py",
+        "juggler/engine/worker/kv.py",
         "juggler/engine/worker/worker.py",
         "juggler/manager/manager.py",
-        "juggler/manager/recipes.py",
         "juggler/options.py",
     }
 )

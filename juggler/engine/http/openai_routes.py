@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from juggler.api import openai as api
 from juggler.api import sse
+from juggler.api.media import IMAGE_SLOT
 from juggler.engine.http import responses as shape
 from juggler.engine.http.choices import (
     Choice,
@@ -45,6 +46,7 @@ from juggler.engine.http.streaming import (
     unless_gone,
 )
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.media_prompt import tokenize_with_images
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
@@ -84,12 +86,15 @@ async def start_choices(
 
 
 def render(engine: Engine, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
+    """The prompt's tokens (with its images', `api.media`)."""
     try:
         text = engine.render_chat(messages, tools)
     except jinja2.TemplateError as exc:
         raise BadRequest(
             f"messages: the model's chat template refused them: {exc}", param="messages"
         ) from None
+    if IMAGE_SLOT in text:
+        return tokenize_with_images(engine, text)
     return engine.tokenize_prompt(text)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from juggler.registry.checkpoint import is_available, local_file
 from juggler.registry.gguf_meta import GgufError, GgufInfo, read_info
+from juggler.registry.mmproj import labels_of
 from juggler.types import ModelInfo
 
 STARTED = int(time.time())
@@ -76,7 +77,7 @@ def model_entry(
         "owned_by": "juggler",
         "checkpoint": info.checkpoint,
         "recipe": info.recipe,
-        "labels": list(info.labels),
+        "labels": list(labels_of(info)),
         "type": info.type.value,
         "downloaded": is_available(info),
         "suggested": info.suggested,

@@ -27,6 +27,7 @@ from juggler import __version__
 from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import NotFound, NotSupported
 from juggler.manager.snapshot import ServerState
+from juggler.manager.vram import shown_bytes
 from juggler.registry.catalog import hf_alias_checkpoint
 from juggler.registry.checkpoint import (
     PackageRef,
@@ -36,6 +37,7 @@ from juggler.registry.checkpoint import (
     resolve_checkpoint,
 )
 from juggler.registry.gguf_meta import GgufError, labels_of, read_info
+from juggler.registry.mmproj import takes_images
 from juggler.router.core.bodies import parse
 from juggler.router.core.catalog_view import FileFacts, file_facts
 from juggler.router.core.deps import RouterState, state_of
@@ -94,6 +96,7 @@ async def ps(request: Request) -> dict[str, Any]:
     """The loaded models; `expires_at` is when an idle model would be unloaded."""
     state = state_of(request)
     memory = state.manager.memory_status()
+    per_pid = await state.manager.vram.per_pid()
     models = []
     for snap in state.manager.snapshot():
         if snap.status is not ServerState.READY:
@@ -111,19 +114,22 @@ async def ps(request: Request) -> dict[str, Any]:
                 "digest": digest_of(info, facts),
                 "details": details(info, facts),
                 "expires_at": ol.iso_at(snap.last_use + min(ttl, oo.KEEP_S)),
-                "size_vram": 0 if snap.device.label() == "cpu" else facts.size_bytes or 0,
+                # What the backend holds on the GPU, as health shows it (issue 48).
+                "size_vram": shown_bytes(snap.gpu, snap.pid, per_pid)[0],
                 "context_length": snap.options.ctx_size,
             }
         )
     return {"models": models}
 
 
-def capabilities(kind: ModelType) -> list[str]:
+def capabilities(kind: ModelType, *, vision: bool = False) -> list[str]:
     """Ollama's capability list: every chat model calls tools (Juggler's generic tool
-    format works with any chat template); no vision, thinking or insert (suffix)."""
+    format works with any chat template); `vision` with a projector (issue 51); no
+    thinking or insert (suffix)."""
     if kind is ModelType.EMBEDDING:
         return ["embedding"]
-    return ["completion", "tools"] if kind is ModelType.LLM else ["completion"]
+    out = ["completion", "tools"] if kind is ModelType.LLM else ["completion"]
+    return [*out, "vision"] if vision and kind is ModelType.LLM else out
 
 
 def shown_facts(info: ModelInfo) -> FileFacts:
@@ -169,7 +175,7 @@ async def show(request: Request) -> dict[str, Any]:
         "template": str(meta.get("tokenizer.chat_template", "")),
         "details": details(info, facts),
         "model_info": model_info,
-        "capabilities": capabilities(info.type),
+        "capabilities": capabilities(info.type, vision=takes_images(info)),
         "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
 

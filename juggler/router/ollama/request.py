@@ -19,11 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from juggler.errors import BadRequest, NotImplementedParam
-from juggler.router.ollama.messages import format_fields, openai_messages
+from juggler.router.ollama.messages import format_fields, openai_messages, with_images
 from juggler.router.ollama.options import OllamaRequestOptions
 from juggler.router.ollama.wire import (
     NO_THINKING,
-    NO_VISION,
     ChatBody,
     EmbedBody,
     EmbeddingsBody,
@@ -57,7 +56,6 @@ def chat_request(body: ChatBody) -> dict[str, Any]:
             "format", "with tools: a model either calls tools or answers in a format"
         )
     for i, m in enumerate(body.messages or []):
-        refuse_set({f"messages[{i}].images": m.images}, NO_VISION)
         refuse_set({f"messages[{i}].thinking": m.thinking}, NO_THINKING)
         if m.role != "tool" and (m.tool_name or m.tool_call_id):
             field = "tool_name" if m.tool_name else "tool_call_id"
@@ -79,7 +77,8 @@ def chat_request(body: ChatBody) -> dict[str, Any]:
 def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
     """(backend path, OpenAI body without sampling) for a non-empty /api/generate."""
     _refuse_generation_extras(body)
-    refuse_set({"images": body.images}, NO_VISION)
+    if body.raw:
+        refuse_set({"images": body.images}, "raw prompts take text only; send images without raw")
     refuse_set({"suffix": body.suffix}, "fill-in-the-middle is not built")
     refuse_set(
         {"template": body.template},
@@ -102,7 +101,7 @@ def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
             **format_fields(body.format, raw=True),
         }
     messages = [{"role": "system", "content": body.system}] if body.system else []
-    messages.append({"role": "user", "content": body.prompt or ""})
+    messages.append({"role": "user", "content": with_images(body.prompt, body.images)})
     return "/v1/chat/completions", {
         "messages": messages,
         **format_fields(body.format, raw=False),

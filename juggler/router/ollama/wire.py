@@ -153,9 +153,6 @@ def refuse_set(fields: dict[str, Any], why: str) -> None:
 
 # -- requests ----------------------------------------------------------------------------------
 #: Why Juggler refuses what it cannot honour.
-NO_VISION = (
-    "Juggler serves no vision model (no image projector is loaded), so images cannot be read"
-)
 NO_THINKING = "Juggler serves no reasoning model, so there is no thinking to turn on or show"
 
 
