@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 
 from juggler.engine.llama.chat import ChatTemplate
-from juggler.engine.llama.ports import ContextParams, LlamaModel
+from juggler.engine.llama.ports import LlamaModel
 from juggler.engine.schedule.messages import (
     AppendInput,
     Cancel,
@@ -59,14 +59,13 @@ from juggler.engine.schedule.messages import (
 from juggler.engine.threads import ThreadGovernor
 from juggler.engine.worker import slots
 from juggler.engine.worker.adapters import AdapterSet, can_run, drop_unregistered
+from juggler.engine.worker.assembly import assemble
 from juggler.engine.worker.config import Clock, WorkerConfig, WorkerSnapshot
 from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.decoder import Decoder, Outcome
 from juggler.engine.worker.downsize import SoftIdle
 from juggler.engine.worker.generation import Generations
-from juggler.engine.worker.inputs import SessionInputs
 from juggler.engine.worker.kv import KvBook
-from juggler.engine.worker.media_feed import media_feed_for
 from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.engine.worker.session_api import SessionApi
 from juggler.engine.worker.snapshot import take_snapshot
@@ -124,77 +123,21 @@ class Worker(OwnerThread):
 
     # -- lifecycle (the worker thread) ---------------------------------------------------
     def open(self) -> None:
-        cfg = self.config
-        params = ContextParams(
-            n_ctx=cfg.n_ctx,
-            n_batch=cfg.n_batch,
-            n_ubatch=cfg.n_batch,
-            n_seq_max=cfg.n_seq_max,
-            n_threads=cfg.n_threads,
-            n_threads_batch=cfg.n_threads_batch,
-            flash_attn=cfg.flash_attn,
-            type_k=cfg.type_k,
-            type_v=cfg.type_v,
-        )
-        wid = self.worker_id
-        gov = self.governor
-        threads = (lambda: gov.threads_for(wid)) if gov is not None else None
-        # Explicit `--threads` are kept; otherwise each decode runs with the count of the
-        # compute plan's threads that measures fastest (`thread_tuner`).
-        tune = gov is not None and gov.fixed_threads <= 0
-        self.ctx = ContextSlot(lambda: self.model.new_context(params), threads, tune=tune)
-        batch = self.model.new_batch(cfg.n_batch)
-        n_ctx = self.ctx.n_ctx
-        self.kv = KvBook(
-            self.ctx,
-            self.table,
-            cache_cells=cfg.cache_cells if cfg.cache_cells is not None else n_ctx // 8,
-            parked_cells=cfg.parked_cells if cfg.parked_cells is not None else n_ctx,
-            park_budget_bytes=cfg.park_budget_bytes,
-            worker_id=wid,
-        )
-        self.kv.max_seq = min(cfg.max_seq_tokens or n_ctx, n_ctx)
-        self.adapters = AdapterSet(self.model, self.ctx, cfg.max_active_adapters)
-        inputs = SessionInputs(self.model, self.template, self.kv)
-        self.gens = Generations(
+        parts = assemble(
             self.model,
-            self.ctx,
-            self.kv,
+            self.config,
+            self.template,
+            self.table,
             self.outbox,
             self.notify,
             self.clock,
-            wid,
-            speculative=cfg.speculative,
-            spec_draft_max=cfg.spec_draft_max,
+            self.worker_id,
+            self.governor,
+            self._crowded,
         )
-        self.api = SessionApi(
-            self.table,
-            self.kv,
-            inputs,
-            self.gens,
-            self.outbox,
-            self.notify,
-            self.clock,
-            self.adapters,
-            wid,
-            max_waiting=cfg.max_waiting,
-            queue_timeout_s=cfg.queue_timeout_s,
-        )
-        self.gens.crowded = self._crowded
-        self.decoder = Decoder(
-            self.ctx,
-            batch,
-            self.table,
-            self.kv,
-            self.gens,
-            self.api,
-            self.outbox,
-            self.adapters,
-            max_prefill_chunk=cfg.max_prefill_chunk,
-            worker_id=wid,
-        )
-        self.decoder.media = media_feed_for(self.model, self.ctx, self.kv, self.gens, cfg, wid)
-        self.soft_idle = SoftIdle(self.ctx, self.table, self.api, wid)
+        self.ctx, self.kv, self.adapters = parts.ctx, parts.kv, parts.adapters
+        self.gens, self.api, self.decoder = parts.gens, parts.api, parts.decoder
+        self.soft_idle = parts.soft_idle
         self.publish()
 
     def serve(self) -> None:
