@@ -13,7 +13,6 @@ WAITING = frozenset(
     {
         "juggler/api/openai.py",
         "juggler/engine/worker/worker.py",
-        "juggler/manager/manager.py",
         "juggler/options.py",
     }
 )
