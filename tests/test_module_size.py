@@ -12,9 +12,6 @@ LIMIT = 350
 WAITING = frozenset(
     {
         "juggler/api/openai.py",
-        "juggler/engine/worker/generation.py",
-        "juggler/engine/worker/kv.py",
-        "juggler/manager/manager.py",
         "juggler/options.py",
     }
 )

@@ -4,7 +4,8 @@ Each method runs in the caller's task: it does the blocking-ish preparation ther
 (options, registry look-up, checkpoint and executable checks, off the loop in a thread),
 then sends one typed message to the owner task (owner.py) and awaits its Future.
 Nothing here touches the residency table: the read methods read the immutable
-`TableSnapshot` the owner published last.
+`TableSnapshot` the owner published last. The channel to the owner (posting, asking)
+and those reads are the Manager's part `OwnerLink` (owner_link.py).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import shutil
 import tempfile
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol
 
 import httpx
 from pydantic import BaseModel
 
 from juggler.backend_key import BackendAuth, BackendKeys
 from juggler.config import Settings, parse_max_loaded_models
-from juggler.errors import BadRequest, JugglerError
+from juggler.errors import BadRequest
 from juggler.logbook import LogBook
 from juggler.manager import messages as m
 from juggler.manager.compute import LINGER_S, ComputePlanner
@@ -31,21 +32,20 @@ from juggler.manager.lease import Lease
 from juggler.manager.memory import MemorySource, SystemMemorySource, choose_device_source
 from juggler.manager.monitor import INTERVAL_S, Monitor
 from juggler.manager.owner import Owner
+from juggler.manager.owner_link import OwnerLink
 from juggler.manager.planner import Backends, LoadPlanner, gpu_view
-from juggler.manager.policy import all_slots_pinned
 from juggler.manager.process import ProcessSpawner
 from juggler.manager.recipes import LaunchPlan, Resolver
-from juggler.manager.snapshot import MemoryStatus, ServerSnapshot, TableSnapshot
+from juggler.manager.snapshot import ServerSnapshot
 from juggler.manager.spawner import Spawner
 from juggler.manager.stall_watch import INTERVAL_S as STALL_INTERVAL_S
 from juggler.manager.stall_watch import StallWatch
 from juggler.manager.table import ServerTable
 from juggler.manager.vram import VramReader
 from juggler.options import ModelOptions
-from juggler.types import MODEL_TYPE_ORDER, ModelInfo, ModelType
+from juggler.types import ModelInfo
 
 log = logging.getLogger("juggler.manager")
-T = TypeVar("T")
 
 
 class ModelSource(Protocol):
@@ -60,7 +60,7 @@ class ModelSource(Protocol):
 PROBE_WAIT_S = 5.0
 
 
-class Manager:
+class Manager(OwnerLink):
     """Model residency for one router process. Create it, `await start()`, and
     `await stop()` at shutdown (it ends every backend process it started). `spawner`
     starts backends (default: child processes, their output also written to `logbook`;
@@ -123,10 +123,7 @@ class Manager:
         self._monitor: Monitor | None = None
         self._log_dir = log_dir
         self._owns_log_dir = log_dir is None
-        self._inbox: asyncio.Queue[m.Message] = asyncio.Queue()
-        self._published = TableSnapshot(limits=settings.max_loaded_models)
-        self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        super().__init__(settings.max_loaded_models)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -286,10 +283,6 @@ class Manager:
         done: list[tuple[str, str]] = await self._ask(lambda f: m.Simulate(pct, total, f))
         return done
 
-    def memory_status(self) -> MemoryStatus | None:
-        """The global switch, threshold, source and last sample (health)."""
-        return self._published.memory
-
     async def report_backend_failure(self, lease: Lease) -> None:
         """The router could not reach `lease`'s backend. The owner checks it: a dead
         process is dropped at once, a live one is probed and stopped if it does not
@@ -299,42 +292,6 @@ class Manager:
         self._post(m.Probe(lease.server_id, future))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(future), PROBE_WAIT_S)
-
-    # -- reads (no waiting; the owner's last published snapshot) ------------------------
-    def snapshot(self) -> list[ServerSnapshot]:
-        """Every server in the table, including ones loading or being evicted."""
-        return list(self._published.servers)
-
-    def most_recent(self) -> ServerSnapshot | None:
-        """The most recently loaded ready server (health's model_loaded)."""
-        return self._published.most_recent
-
-    def max_models(self) -> dict[str, int]:
-        return {t.value: n for t, n in zip(MODEL_TYPE_ORDER, self._published.limits, strict=True)}
-
-    def slots_all_pinned(self, model_type: ModelType) -> bool:
-        """Seed 002's pre-emptive warning: every slot of this type holds a pinned model."""
-        published = self._published
-        return all_slots_pinned(model_type, published.views, published.limits_by_type())
-
-    def restarts(self) -> dict[str, Any]:
-        """The watchdog's view (health): pending restarts and the models it gave up on."""
-        published = self._published
-        return {
-            "restarting": [
-                {"model_name": name, "attempt": attempt + 1, "due_at": due_at}
-                for name, attempt, due_at in published.restarting
-            ],
-            "gave_up": list(published.gave_up),
-        }
-
-    def stats(self) -> dict[str, int]:
-        """Counters since start: loads, load_failures, evictions, backend_deaths,
-        backend_restarts, restart_give_ups, idle_evictions (each once it happened), and
-        queued (loads queued or running)."""
-        if self._task is None:
-            return {}
-        return {**dict(self._published.counters), "queued": self._published.num_queued}
 
     async def _backend_status(self, snap: ServerSnapshot) -> str | None:
         """A backend's own word on its health (`status` of its /health), None if none.
@@ -361,35 +318,3 @@ class Manager:
 
     async def _prepare(self, model_name: str, options: ModelOptions) -> LaunchPlan:
         return await self.plans.prepare(model_name, options)
-
-    def _on_publish(self, published: TableSnapshot) -> None:
-        self._published = published
-
-    def _post(self, msg: m.Message) -> None:
-        """Send a message to the owner; callable from the loop or from another thread."""
-        if self._loop is None or self._loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            self._inbox.put_nowait(msg)
-        else:
-            self._loop.call_soon_threadsafe(self._inbox.put_nowait, msg)
-
-    async def _ask(self, make: Callable[[asyncio.Future[T]], m.Message]) -> T:
-        """Post the message `make(future)` and await its answer. A caller cancelled after
-        the owner handed it a lease gives the lease back."""
-        if self._task is None or self._task.done():
-            raise JugglerError("The model manager is not running")
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._post(make(future))
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled() and future.exception() is None:
-                result = future.result()
-                if isinstance(result, Lease):
-                    result.release()
-            raise

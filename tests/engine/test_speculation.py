@@ -38,7 +38,7 @@ from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from juggler.engine.schedule.survival import PRIOR_HAZARD, REPEAT_CLASS, Survival, match_class
 from juggler.engine.schedule.ties import ANY, FEW_TIE, RISKY, TILE_ROWS
-from juggler.engine.worker.generation import MAX_RECALLS
+from juggler.engine.worker.drafting import MAX_RECALLS
 from juggler.engine.worker.speculation import Speculation
 from tests.engine.fake_llama import BOS
 from tests.engine.rig import FixedCost, Rig, events

@@ -5,6 +5,8 @@ input (it is decoded on the next tick), its text through UTF-8 assembly and the 
 matcher into the request's stream. A generation ends on an end-of-generation token, a
 stop string, its token budget, the end of its sequence (--ctx-size), a cancel, a stream
 that is too far behind, or an error; `finish` sends the final event with the stats.
+Speculative decoding's worker-wide side (recall, cost, proposing drafts) is its part
+`Drafting` (`drafting`).
 """
 
 from __future__ import annotations
@@ -16,24 +18,19 @@ from collections.abc import Callable
 from juggler.engine.llama.ports import LlamaModel, Logits
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogprob, token_logprobs
 from juggler.engine.schedule.batch import FINAL_ROWS
-from juggler.engine.schedule.decode_cost import DecodeCost
-from juggler.engine.schedule.drafts import MAX_MATCH
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
-from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
 from juggler.engine.schedule.survival import Survival
 from juggler.engine.schedule.ties import tie_of
 from juggler.engine.worker.config import Clock
 from juggler.engine.worker.context_slot import ContextSlot
+from juggler.engine.worker.drafting import Drafting
 from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.policy import overflow_message
 from juggler.engine.worker.session import Generation, Session, SessionState
 from juggler.engine.worker.speculation import Speculation
 from juggler.errors import ContextOverflow, JugglerError, Overloaded
-
-#: Adapters (the base model counts as one) whose recent generations a worker remembers.
-MAX_RECALLS = 4
 
 
 def request_stats(g: Generation, num_prefilled: int) -> RequestStats:
@@ -55,7 +52,7 @@ def request_stats(g: Generation, num_prefilled: int) -> RequestStats:
     )
 
 
-class Generations:
+class Generations(Drafting):
     def __init__(
         self,
         model: LlamaModel,
@@ -77,34 +74,9 @@ class Generations:
         self.clock = clock
         self.worker_id = worker_id
         self.n_ctx = kv.max_seq  # one sequence's tokens (--ctx-size)
-        #: Speculative decoding for requests that do not say, and its longest draft.
-        self.speculative = speculative
-        self.spec_draft_max = spec_draft_max
-        #: Draft tokens decoded, and how many of them the samples kept (all generations).
-        self.num_drafted = 0
-        self.num_accepted = 0
+        super().__init__(speculative=speculative, spec_draft_max=spec_draft_max)
         #: Generations begun and finished (the worker publishes a snapshot when they move).
         self.num_begun = self.num_finished = 0
-        #: What a decode costs on this worker (the decoder measures, drafts are sized by it),
-        #: and how far drafts are kept here (each generation's estimate starts from it).
-        self.cost, self.survival = DecodeCost(), Survival()
-        #: What this worker's recent generations said (drafts for repeated answers), by
-        #: LoRA adapter: an adapter's answers say little of the base model's.
-        self.recalls: dict[str | None, Recall] = {}
-        #: Whether requests wait to start on this worker (its inbox, admission): then no
-        #: stream decodes alone for long (the worker sets it).
-        self.crowded: Callable[[], bool] = lambda: False
-
-    def recall(self, adapter_id: str | None) -> Recall:
-        """The memory of recent generations run with `adapter_id` (the base: None); the
-        least recently used adapter's is forgotten past `MAX_RECALLS`."""
-        recall = self.recalls.pop(adapter_id, None)
-        if recall is None:
-            recall = Recall()
-        self.recalls[adapter_id] = recall  # most recently used last
-        while len(self.recalls) > MAX_RECALLS:
-            del self.recalls[next(iter(self.recalls))]
-        return recall
 
     def begin(
         self,
@@ -202,42 +174,6 @@ class Generations:
         if s.generation is g and g.spec is not None:
             self.propose(s, g)
 
-    def propose(self, s: Session, g: Generation) -> None:
-        """Draft after `s`'s pending input (its sampled token, or a prompt's last rows):
-        see `speculation`."""
-        assert g.spec is not None
-        # Room: what the generation may still produce after the pending token (a fully
-        # accepted draft also yields one more sampled token), and the sequence's cells.
-        left = min(g.max_new_tokens - g.num_generated, self.n_ctx - s.n_past - len(s.pending))
-        # The next decode's rows so far: a token for each generating sequence (a prompt's
-        # rows for this one), and the drafts proposed this tick (they are cleared once
-        # decoded), and the cells those rows attend to (what a row costs depends on it).
-        running = self.kv.table.running()
-        rows, cells, others = 0, 0, 0.0
-        for r in running:
-            n = len(r.pending) if r is s else 1 + r.num_draft
-            rows += n
-            cells += n * r.n_past
-            if r.num_draft and r.generation is not None and r.generation.spec is not None:
-                others += r.generation.spec.expected_kept
-        depth = cells / rows if rows else float(s.n_past)
-        draft = g.spec.propose(
-            s.tokens,
-            s.pending,
-            left - 1,
-            self.cost,
-            len(running),
-            rows,
-            others,
-            depth,
-            alone=len(running) == 1 and not self.crowded(),
-        )
-        if draft and min(draft) < 0:  # never an image's placeholder (`llama.media`)
-            draft = draft[: next(i for i, t in enumerate(draft) if t < 0)]
-        if draft:
-            s.pending.extend(draft)
-            s.num_draft = len(draft)
-
     def on_sampled(
         self, s: Session, token: int, logits: Callable[[], Logits], *, in_kv: bool = False
     ) -> None:
@@ -316,15 +252,7 @@ class Generations:
         if s.num_draft:  # drafts not decoded yet are never input
             del s.pending[-s.num_draft :]
             s.num_draft = 0
-        if g.spec is not None or self.speculative:
-            # The sequence (tokens, then pending) from the context's last `MAX_MATCH`
-            # tokens on: only those are remembered, so a long session is not copied.
-            start = max(0, g.prompt_tokens - MAX_MATCH)
-            said = [*s.tokens[start:], *s.pending[max(0, start - len(s.tokens)) :]]
-            cut = g.prompt_tokens - start
-            self.recall(s.adapter_id).add(
-                said[:cut], said[cut:], g.params.temperature <= 0.0, g.ties or ()
-            )
+        self.remember(s, g)
         s.generation = None
         s.num_prefilled = 0
         s.last_used = self.clock.tick

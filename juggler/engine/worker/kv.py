@@ -1,27 +1,21 @@
 """A worker's KV bookkeeping: what its cells hold, and every edit of its sequences' KV.
 
 `KvBook` owns the KV side of a worker (on its thread only): counting cells, the one
-rollback of a sequence (`rollback`), cached sequences of finished stateless requests
-(reuse, eviction, their cell budget and the recent hit rate that decides it), parking
-cached prefixes and idle sessions in host memory, and compaction. Which session holds which sequence is
-the `SessionTable`'s; the choices themselves are the pure functions of `prefix_cache`.
-
-Keeping cells lean matters because with a unified KV cache every decode attends over all
-cells up to the highest one in use: cached prefixes and scattered sequences slow every
-stream. So an idle worker (nothing to do for `IDLE_WAIT_S`) parks its cached prefixes
-(`park_cached`, see `parking`) and compacts its sequences (`compact`).
+rollback of a sequence (`rollback`), and cached sequences of finished stateless requests
+(reuse, sharing, eviction, their cell budget and the recent hit rate that decides it).
+Parking KV in host memory and compaction are its part `KvParking` (`kv_parking`). Which
+session holds which sequence is the `SessionTable`'s; the choices themselves are the
+pure functions of `prefix_cache`.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
 from collections.abc import Sequence
 
-from juggler.engine.cache.parking import Parked, ParkedStore
+from juggler.engine.cache.parking import ParkedStore
 from juggler.engine.cache.prefix_cache import (
     HIT_WINDOW,
-    MIN_SHARED,
     CachedSeq,
     Reuse,
     cache_budget,
@@ -32,16 +26,15 @@ from juggler.engine.cache.prefix_cache import (
     over_budget,
     worth_reusing,
 )
-from juggler.engine.cache.spill import SpillStore, size_of
+from juggler.engine.cache.spill import SpillStore
 from juggler.engine.llama.ports import LlamaContext
 from juggler.engine.schedule.messages import AdapterRef
-from juggler.engine.worker.session import NO_SEQ, Session, SessionState
+from juggler.engine.worker.kv_parking import KvParking
+from juggler.engine.worker.session import Session, SessionState
 from juggler.engine.worker.table import SessionTable
 
-log = logging.getLogger(__name__)
 
-
-class KvBook:
+class KvBook(KvParking):
     def __init__(
         self,
         ctx: LlamaContext,
@@ -110,48 +103,6 @@ class KvBook:
         else:
             self.spill.drop(s.parked_kv)
             s.parked_kv = None
-
-    # -- parked sessions (see `session`) -------------------------------------------------
-    def park_session(self, s: Session) -> None:
-        """Copy an idle session's KV out to host memory and free its sequence."""
-        assert s.has_seq and s.generation is None
-        state = self.ctx.seq_state(s.seq_id) if s.tokens else None
-        self.ctx.seq_rm(s.seq_id, -1, -1)
-        if state is None and s.tokens:  # could not be copied: decode it again later
-            s.pending[:0] = s.tokens
-            s.tokens.clear()
-        s.parked_kv = state
-        s.seq_id = NO_SEQ
-        self.num_session_parks += 1
-        self._keep_parked_within_budget()
-
-    def _keep_parked_within_budget(self) -> None:
-        """Past the budget, the least recently used parked KV copies go to disk."""
-        held = [s for s in self.table.values() if not s.has_seq and size_of(s.parked_kv)]
-        total = sum(size_of(s.parked_kv) for s in held)
-        for s in sorted(held, key=lambda s: s.last_used):
-            if not self.spill.over_budget(total):
-                return
-            size = size_of(s.parked_kv)
-            s.parked_kv = self.spill.spill(s.parked_kv, s.session_id)
-            if size_of(s.parked_kv):
-                return  # could not be written: it stays in memory
-            total -= size
-
-    def unpark_session(self, s: Session, seq_id: int) -> None:
-        """Give a parked session the free sequence `seq_id` and copy its KV back in;
-        if it does not fit or cannot be restored, its tokens are decoded again."""
-        assert not s.has_seq
-        state, s.parked_kv = self.spill.load(s.parked_kv), None
-        fits = bool(s.tokens) and self.make_room(len(s.tokens)) >= len(s.tokens)
-        s.seq_id = seq_id
-        self.num_session_restores += 1
-        restored = state is not None and fits and self.ctx.restore_seq_state(seq_id, state)
-        if not s.tokens or restored:
-            return
-        self.ctx.seq_rm(seq_id, -1, -1)
-        s.pending[:0] = s.tokens
-        s.tokens.clear()
 
     # -- cached sequences ------------------------------------------------------------------
     def evict(self, seq_id: int) -> list[int]:
@@ -271,82 +222,3 @@ class KvBook:
         budget = cache_budget(self.cache_cells, self.recent_hits)
         for key in over_budget(self.table.cached(), budget, keep=s.seq_id):
             self.evict(key)
-
-    # -- idle upkeep ----------------------------------------------------------------------
-    def park_cached(self) -> None:
-        """Move cached prefixes out of the KV cache into the parked store (see `parking`),
-        so they stop widening every decode; tiny ones (under `MIN_SHARED` tokens) are just
-        dropped."""
-        if not self.parked.max_cells:
-            return  # parking is off: cached prefixes stay in the KV cache
-        for s in list(self.table.values()):
-            if s.state is not SessionState.CACHED:
-                continue
-            if len(s.tokens) >= MIN_SHARED:
-                state = self.ctx.seq_state(s.seq_id)
-                if state is not None:
-                    self.parked.add(Parked(tuple(s.tokens), state, s.last_used, s.adapter))
-            self.evict(s.seq_id)
-
-    def unpark(self, entry: Parked, seq_id: int) -> bool:
-        """Copy a parked prefix back into sequence `seq_id` (evicting what it cached) as a
-        cached sequence; False (and the entry is dropped) if it does not fit."""
-        self.parked.take(entry)
-        self.evict(seq_id)
-        if self.free() < len(entry.tokens):
-            return False
-        if not self.ctx.restore_seq_state(seq_id, entry.state):
-            self.ctx.seq_rm(seq_id, -1, -1)
-            return False
-        self.table.add(
-            Session(
-                f"parked-{seq_id}",
-                seq_id,
-                is_ephemeral=True,
-                state=SessionState.CACHED,
-                tokens=list(entry.tokens),
-                last_used=entry.last_used,
-                adapter=entry.adapter,
-            )
-        )
-        return True
-
-    def compact(self) -> int:
-        """Move every sequence's KV down into the lowest free cells (idle workers only);
-        returns how many moved.
-
-        With a unified KV cache every decode attends over the cells up to the highest
-        one in use, masked or not. After a burst of requests ends, the sequences that stay
-        (sessions, cached prefixes) are scattered up to where the burst reached, and a
-        lone stream afterwards decodes measurably slower (SmolLM2, 2 cores: 13.0 vs 10.9
-        ms a token with one 168-token sequence left at the top of 2,700 used cells). So
-        after IDLE_WAIT_S with nothing to do, if anything was removed since the last time,
-        each sequence is copied out, removed and put back, which llama.cpp places in the
-        first free run of cells. One sequence at a time, so the extra memory is one
-        sequence's KV. A sequence whose copy cannot be put back loses its KV only:
-        a cached one is forgotten, a session's tokens go back to pending input and are
-        decoded again (as appended input is), so no conversation is lost.
-        """
-        if self.ctx.num_removals == self._removals_at_compaction:
-            return 0
-        moved = 0
-        for s in sorted(self.table.values(), key=lambda s: s.seq_id):
-            if not s.tokens or not s.has_seq:
-                continue
-            state = self.ctx.seq_state(s.seq_id)
-            if state is None:
-                continue
-            self.ctx.seq_rm(s.seq_id, -1, -1)
-            if self.ctx.restore_seq_state(s.seq_id, state):
-                moved += 1
-                continue
-            log.warning(
-                "worker %d: KV of sequence %d could not be restored", self.worker_id, s.seq_id
-            )
-            if s.state is SessionState.CACHED:
-                self.evict(s.seq_id)
-            else:
-                self.rollback(s, s.n_past, kv_lost=True)
-        self._removals_at_compaction = self.ctx.num_removals
-        self.num_compactions += 1
-        return moved
