@@ -32,6 +32,13 @@ class AdapterInfo:
     base_model: str
 
 
+def model_adapter_id(model: str) -> str:
+    """The id of the adapter a model made by Ollama's create runs with (its ADAPTER):
+    requests for the model run with it (`router/core/adapters.Adapters.route`)."""
+    slug = re.sub(r"[^A-Za-z0-9_.\-]", "_", model)
+    return f"{slug}.adapter"[-128:].lstrip("_.-") or "model.adapter"
+
+
 def check_id(adapter_id: str) -> None:
     if not _ID_RE.match(adapter_id):
         raise BadRequest(

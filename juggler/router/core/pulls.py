@@ -28,6 +28,7 @@ from juggler.registry.checkpoint import HfRef, is_available, parse_checkpoint, r
 from juggler.registry.download import Progress, download
 from juggler.registry.folders import is_found
 from juggler.router.core.deps import RouterState
+from juggler.router.ollama import created
 from juggler.types import ModelInfo
 
 PROGRESS_EVERY_S = 0.25
@@ -157,4 +158,5 @@ async def delete_model(state: RouterState, name: str, *, ollama: bool = False) -
     if not builtin:
         registry.remove_user_model(info.name)
     state.pins.drop(info.name)
+    await created.forget(state, info.name)  # an Ollama Modelfile's defaults and adapter
     return info.name

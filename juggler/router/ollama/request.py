@@ -10,8 +10,10 @@ What maps where (ollama/ollama docs/api.md):
   sampling options join the OpenAI body, its load options and keep_alive are the
   model's (`residency`);
 - embeddings: `truncate` and `dimensions` as Ollama defines them (`embed_rules`);
-- what Juggler cannot honour (images, think, suffix, template, context, logprobs) is a
-  400 naming it, never ignored.
+- `template` (a Go template, as a Modelfile's TEMPLATE) is rendered by the route
+  (`applied.templated`);
+- what Juggler cannot honour (images, think, suffix, context, logprobs) is a 400
+  naming it, never ignored.
 """
 
 from __future__ import annotations
@@ -82,11 +84,6 @@ def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
     refuse_set({"images": body.images}, NO_VISION)
     refuse_set({"suffix": body.suffix}, "fill-in-the-middle is not built")
     refuse_set(
-        {"template": body.template},
-        "Juggler renders the model's own chat template (send raw: true with a prompt "
-        "formatted your way)",
-    )
-    refuse_set(
         {"context": body.context},
         "Juggler keeps no token contexts; send the conversation as /api/chat messages",
     )
@@ -97,6 +94,8 @@ def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
     if body.raw:
         if body.system:
             raise BadRequest("system cannot be used with raw", param="system")
+        if body.template:
+            raise BadRequest("template cannot be used with raw", param="template")
         return "/v1/completions", {
             "prompt": body.prompt or "",
             **format_fields(body.format, raw=True),
