@@ -202,3 +202,15 @@ def test_the_book_keeps_defaults_per_model_and_forgets_empty_ones(tmp_path: obje
     assert ModelfileBook(Path(str(tmp_path))).get("m") == d
     book.drop("m")
     assert book.get("m").is_empty()
+
+
+def test_repeat_last_n_reaches_the_sampler() -> None:
+    """PARAMETER repeat_last_n (docs/modelfile.md: "0 = disabled, -1 = num_ctx")."""
+    from juggler.api.openai import SamplingBody
+    from juggler.engine.http.requests import sampling_params
+    from juggler.router.ollama.options import split_options
+
+    assert split_options({"repeat_last_n": 32}) == ({"repeat_last_n": 32}, {})
+    at = {n: sampling_params(SamplingBody(repeat_last_n=n), 1024, n_vocab=8) for n in (-1, 0, 7)}
+    assert {n: p.penalty_last_n for n, p in at.items()} == {-1: 1024, 0: 0, 7: 7}
+    assert sampling_params(SamplingBody(), 1024, n_vocab=8).penalty_last_n == 64
