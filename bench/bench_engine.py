@@ -144,7 +144,7 @@ def wait_ready(
 
 
 def start(
-    cmd: list[str], name: str, env: dict[str, str] | None = None
+    cmd: list[str], name: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], Path]:
     log = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")[1])
     with log.open("wb") as out:
@@ -153,6 +153,7 @@ def start(
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            cwd=cwd,
             start_new_session=True,
         )
     return proc, log

@@ -22,7 +22,8 @@ per generated token (router, backend, llama-server), and the load generator's ow
 
 `--profile DIR` samples the backend and the router with py-spy during one burst at
 the lowest and highest level and prints the share of each part of Juggler's
-per-token work (see `profile_parts`); the raw stacks stay in DIR.
+per-token work (see `profile_parts`); the raw stacks stay in DIR. `--profile-of
+baseline` (with `--baseline DIR`) profiles the other checkout instead.
 """
 
 from __future__ import annotations
@@ -114,9 +115,11 @@ def start_router(
         "--admin-api-key", ADMIN, "--log-level", "warning",
     ]  # fmt: skip
     env = {"JUGGLER_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    if tree is not None:  # another checkout's juggler package (its backends inherit it)
+    if tree is not None:
+        # Another checkout's juggler package: `python -m` puts the working folder first on
+        # sys.path (ahead of PYTHONPATH), and the router's backends inherit the folder.
         env["PYTHONPATH"] = str(tree)
-    proc, log = start(cmd, "router", env)
+    proc, log = start(cmd, "router", env, cwd=tree)
     s = Server("juggler", proc, f"http://127.0.0.1:{port}", None, log)
     wait_ready(s, "/live", lambda r: r.status_code == 200)
     admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -130,6 +133,10 @@ def start_router(
         assert r.status_code == 200, r.text
         health = c.get("/api/v1/health").json()
     backend = next(int(m["pid"]) for m in health["all_models_loaded"] if m.get("pid"))
+    if tree is not None:
+        for pid in (proc.pid, backend):
+            ran = Path(f"/proc/{pid}/cwd").resolve()
+            assert ran == tree, f"{name}: process {pid} runs in {ran}, not {tree}"
     shutil.rmtree(home, ignore_errors=True)  # the router keeps what it opened
     return System(name, s.url, NAME, [s], {"router": proc.pid, "backend": backend})
 
@@ -183,6 +190,7 @@ class Measured:
     tps: float
     #: CPU microseconds per generated token, by process label (and "client").
     cpu_us: dict[str, float]
+    tokens: int = 0
 
 
 def burst(system: System, level: int, n_new: int, stream: bool, seed: int, target: int) -> Measured:
@@ -198,7 +206,7 @@ def burst(system: System, level: int, n_new: int, stream: bool, seed: int, targe
     expected = sum(len(m) for m in work) * n_new
     if result.tokens != expected:
         print(f"  ({system.name}: {result.tokens} tokens, expected {expected})")
-    return Measured(result.tps, {k: v / n * 1e6 for k, v in cpu.items()})
+    return Measured(result.tps, {k: v / n * 1e6 for k, v in cpu.items()}, result.tokens)
 
 
 # -- profile ---------------------------------------------------------------------------
@@ -206,23 +214,32 @@ def burst(system: System, level: int, n_new: int, stream: bool, seed: int, targe
 #: first part, in this order, whose marker appears in a sample's stack takes it).
 PROFILE_PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("decode (llama_decode)", ("decode (juggler/engine/llama/native_context.py",)),
-    ("sampling", ("native_sampler.py",)),
+    ("sampling", ("native_sampler.py", "top_k.py")),
     ("detokenize + stop strings", ("piece (", "sampling.py", "utf8", "StopMatcher")),
     ("plan + batch fill", ("schedule/batch.py", "_fill (", "drafts.py", "make_room")),
     ("tokens to streams", ("on_token (", "on_rows (", "stream.py", "outbox.py")),
     ("worker loop (other)", ("engine/worker/",)),
     ("backend HTTP + JSON", ("engine/http/", "api/sse.py", "uvicorn", "starlette", "json")),
-    ("router relay + HTTP", ("router/", "httpx", "httpcore", "h11")),
     ("event loop + other", ("",)),
+    # Every sample of the router process (`profile_parts(..., router=True)`).
+    ("router (its whole process)", ()),
 ]
 
 
-def profile_parts(raw: Path) -> Counter[str]:
-    """Samples per part, from py-spy's `--format raw` output (collapsed stacks)."""
+#: py-spy's samples a second.
+RATE = 200
+
+
+def profile_parts(raw: Path, *, router: bool = False) -> Counter[str]:
+    """Samples per part, from py-spy's `--format raw` output (collapsed stacks); every
+    sample of the router's process is the router's."""
     parts: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():
+            continue
+        if router:
+            parts[PROFILE_PARTS[-1][0]] += int(count)
             continue
         for name, markers in PROFILE_PARTS:
             if any(m in stack for m in markers):
@@ -243,7 +260,7 @@ def profile(
     files = {}
     for label, pid in system.pids.items():
         files[label] = out_dir / f"{system.name}-{label}-{level}{'-sse' if stream else ''}.txt"
-        cmd = [spy, "record", "--format", "raw", "--rate", "200", "--nonblocking"]
+        cmd = [spy, "record", "--format", "raw", "--rate", str(RATE), "--nonblocking"]
         cmd += ["--pid", str(pid), "-o", str(files[label])]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)  # py-spy attaches
@@ -252,14 +269,20 @@ def profile(
         p.send_signal(2)
         p.wait(timeout=60)
     total: Counter[str] = Counter()
-    for f in files.values():
+    for label, f in files.items():
         if f.exists():
-            total.update(profile_parts(f))
+            total.update(profile_parts(f, router=label == "router"))
     n = sum(total.values()) or 1
     kind = "sse" if stream else "plain"
     print(f"\nprofile: {system.name} at {level} streams ({kind}), {m.tps:.0f} tok/s")
+    print(
+        f"  {'part':<28} {'share':>6} {'us/token':>9}  (time a thread spent there, holding "
+        f"the GIL or waiting for it, py-spy at {RATE} Hz)"
+    )
+    tokens = max(1, m.tokens)
     for name, _ in PROFILE_PARTS:
-        print(f"  {name:<28} {100 * total[name] / n:5.1f}%")
+        us = total[name] / RATE / tokens * 1e6
+        print(f"  {name:<28} {100 * total[name] / n:5.1f}% {us:9.0f}")
     print("  CPU us/token: " + ", ".join(f"{k} {v:.0f}" for k, v in m.cpu_us.items()))
 
 
@@ -295,6 +318,9 @@ def main() -> None:
     ap.add_argument("--target", type=int, default=4096, help="tokens a burst, at least")
     ap.add_argument("--parallel", type=int, default=PARALLEL)
     ap.add_argument("--profile", type=Path, default=None, help="py-spy profiles into DIR")
+    ap.add_argument(
+        "--profile-of", default="juggler", help="the system profiled: juggler or baseline"
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     modes = [m for m in args.modes.split(",") if m]
@@ -327,9 +353,10 @@ def main() -> None:
         for s in systems:  # warm-up, not counted
             burst(s, 8, args.new, False, 0, 512)
         if args.profile is not None:
+            target = next(s for s in systems if s.name == args.profile_of)
             for level in (min(levels), max(levels)):
                 for mode in modes:
-                    profile(systems[0], level, args.new, mode == "sse", args.profile, args.target)
+                    profile(target, level, args.new, mode == "sse", args.profile, args.target)
             return
         # tps[(system, level, mode)] -> per-round figures
         tps: dict[tuple[str, int, str], list[float]] = {}

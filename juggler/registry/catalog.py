@@ -126,6 +126,7 @@ class Registry:
         self.model_dirs = model_dirs
         self._clock = clock
         self._scanned: tuple[float, tuple[str, ...], list[ModelInfo]] | None = None
+        self._read: tuple[tuple[str, int, int, int], dict[str, Any]] | None = None
 
     def found(self) -> list[ModelInfo]:
         """The models in the model folders (`folders.scan`), scanned again when the last
@@ -151,11 +152,20 @@ class Registry:
         return (self.home or juggler_home()) / "user_models.json"
 
     def _user_entries(self) -> dict[str, Any]:
+        """The user models' file, read again only when it changed (every request for a
+        `user.` model asks: issue 47). Not to be mutated: writers edit the file."""
         path = self.user_file
-        if not path.exists():
+        try:
+            st = path.stat()
+        except FileNotFoundError:
             return {}
+        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+        if self._read is not None and self._read[0] == key:
+            return self._read[1]
         data = json.loads(path.read_text() or "{}")
-        return data if isinstance(data, dict) else {}
+        entries = data if isinstance(data, dict) else {}
+        self._read = (key, entries)
+        return entries
 
     def list(self) -> list[ModelInfo]:
         users = [_info(n, e) for n, e in sorted(self._user_entries().items())]

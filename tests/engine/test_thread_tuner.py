@@ -60,3 +60,29 @@ def test_the_choice_follows_the_load_as_it_changes() -> None:
 def test_a_single_thread_limit_is_kept() -> None:
     tuner = ThreadTuner()
     assert run(tuner, 1, 4, {1: 0.001}, 10) == [1] * 10
+
+
+def test_a_counts_slow_first_decode_does_not_keep_it_away() -> None:
+    """A count's first decode starts its threads (SmolLM2, one row: two threads' first
+    decode took tens of milliseconds, then 8 ms against one thread's 13 ms). The median
+    leaves that outlier out: two threads are chosen as soon as each count was heard."""
+    tuner = ThreadTuner()
+    first = {2: True}
+
+    chosen = []
+    for _ in range(40):
+        t = tuner.choose(2, 1)
+        chosen.append(t)
+        slow = t == 2 and first.pop(2, False)
+        tuner.observe(t, 1, 0.050 if slow else {1: 0.013, 2: 0.008}[t])
+    assert chosen[2 * MIN_SAMPLES :].count(2) == len(chosen) - 2 * MIN_SAMPLES
+
+
+def test_a_try_that_wins_is_tried_again_at_once() -> None:
+    """When the load lifts, the count that now wins takes over within a few decodes of
+    its first try, not after several rounds of EXPLORE_EVERY."""
+    tuner = ThreadTuner()
+    run(tuner, 2, 1, {1: 0.004, 2: 0.012}, 200)  # busy: one thread
+    assert tuner.choose(2, 1) == 1
+    later = run(tuner, 2, 1, {1: 0.004, 2: 0.002}, EXPLORE_EVERY + 8)
+    assert later[-4:] == [2, 2, 2, 2]

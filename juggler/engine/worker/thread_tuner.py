@@ -10,27 +10,32 @@ thread the kernel took away, for a whole time slice. Measured on 2 cores: one ro
 host-bound test model took 0.59 ms with one thread and 1.4-2.8 ms with two while other
 processes ran.
 
-`ThreadTuner` keeps, per decode size (rows, by powers of two) and thread count, an
-average of the decode's time, and decodes with the count that was fastest; fewer
-threads win unless more are `MORE_THREADS_GAIN` faster (they would hold cores that the
-event loop, the router and the clients need). Every `EXPLORE_EVERY`-th decode of a size
-tries another count, so the choice follows the machine as its load changes: at most one
-decode in `EXPLORE_EVERY` runs with a slower count. Pure: the worker feeds it each
-decode's time (`observe`); owned by the worker thread.
+`ThreadTuner` keeps, per decode size (rows, by powers of two) and thread count, the
+times of the last `WINDOW` decodes, and decodes with the count whose median time is the
+least; fewer threads win unless more are `MORE_THREADS_GAIN` faster (they would hold
+cores that the event loop, the router and the clients need). A median, not an average: a
+count's first decode pays for starting its threads (tens of milliseconds), and one such
+outlier must not keep a faster count away for hundreds of decodes. Every
+`EXPLORE_EVERY`-th decode of a size tries another count, and a try that beats the chosen
+count is tried again at once until its median decides, so the choice follows the machine
+as its load changes: at most one decode in `EXPLORE_EVERY` runs with a slower count.
+Pure: the worker feeds it each decode's time (`observe`); owned by the worker thread.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
-#: Weight of the newest decode in a count's average time.
-ALPHA = 0.2
+#: Decodes of one size and thread count whose median decides.
+WINDOW = 5
 #: Decodes of one size between two tries of another thread count.
 EXPLORE_EVERY = 64
 #: More threads are chosen only when they decode this much faster (0.1: 10%).
 MORE_THREADS_GAIN = 0.1
-#: Decodes a count needs before its average is trusted.
-MIN_SAMPLES = 2
+#: Decodes a count needs before its median is trusted.
+MIN_SAMPLES = 3
 
 
 def candidates(n_max: int) -> tuple[int, ...]:
@@ -45,16 +50,25 @@ def size_of(rows: int) -> int:
 
 @dataclass
 class _Stat:
-    mean_s: float = 0.0
+    times: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    #: Decodes measured in all (the window keeps the last WINDOW).
     samples: int = 0
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times)
 
 
 @dataclass
 class ThreadTuner:
-    #: (size, threads) -> that count's average decode time at that size.
+    #: (size, threads) -> that count's recent decode times at that size.
     stats: dict[tuple[int, int], _Stat] = field(default_factory=dict)
     #: Decodes of each size so far (what exploration counts).
     decodes: dict[int, int] = field(default_factory=dict)
+    #: Per size: the count chosen as best, and a count that beat it on a try and is
+    #: tried again until its median decides.
+    chosen: dict[int, int] = field(default_factory=dict)
+    retry: dict[int, int] = field(default_factory=dict)
 
     def choose(self, n_max: int, rows: int) -> int:
         """The thread count for a decode of `rows` rows with at most `n_max` threads."""
@@ -67,6 +81,10 @@ class ThreadTuner:
             if stat.samples < MIN_SAMPLES:
                 return n
         best = self._best(options, seen)
+        self.chosen[size] = best
+        again = self.retry.get(size)
+        if again in options and again != best:
+            return again
         count = self.decodes.get(size, 0)
         if count % EXPLORE_EVERY == EXPLORE_EVERY - 1:
             others = [n for n in options if n != best]
@@ -77,10 +95,10 @@ class ThreadTuner:
     @staticmethod
     def _best(options: tuple[int, ...], seen: list[_Stat]) -> int:
         """The fewest threads whose time more threads do not beat by MORE_THREADS_GAIN."""
-        best, best_s = options[0], seen[0].mean_s
+        best, best_s = options[0], seen[0].median_s
         for n, stat in zip(options[1:], seen[1:], strict=True):
-            if stat.mean_s < best_s * (1.0 - MORE_THREADS_GAIN):
-                best, best_s = n, stat.mean_s
+            if stat.median_s < best_s * (1.0 - MORE_THREADS_GAIN):
+                best, best_s = n, stat.median_s
         return best
 
     def observe(self, threads: int, rows: int, seconds: float) -> None:
@@ -88,5 +106,17 @@ class ThreadTuner:
         size = size_of(rows)
         self.decodes[size] = self.decodes.get(size, 0) + 1
         stat = self.stats.setdefault((size, threads), _Stat())
-        stat.mean_s = seconds if not stat.samples else stat.mean_s + ALPHA * (seconds - stat.mean_s)
+        stat.times.append(seconds)
         stat.samples += 1
+        best = self.chosen.get(size)
+        if best is None or threads == best:
+            return
+        best_stat = self.stats.get((size, best))
+        if (
+            best_stat is not None
+            and best_stat.times
+            and seconds < best_stat.median_s * (1.0 - MORE_THREADS_GAIN if threads > best else 1.0)
+        ):
+            self.retry[size] = threads  # beat the chosen count: hear from it again
+        else:
+            self.retry.pop(size, None)
