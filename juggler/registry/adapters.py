@@ -12,7 +12,6 @@ request.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from juggler.config import juggler_home
 from juggler.errors import BadRequest, NotFound
+from juggler.registry.json_cache import JsonCache
 from juggler.registry.locks import edited_json
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -109,17 +109,14 @@ class AdapterBook:
 
     def __init__(self, home: Path | None = None) -> None:
         self.home = home
+        self._cache = JsonCache()
 
     @property
     def file(self) -> Path:
         return (self.home or juggler_home()) / "adapters.json"
 
     def _entries(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.file.read_text() or "{}")
-        except FileNotFoundError:
-            return {}
-        return data if isinstance(data, dict) else {}
+        return self._cache.read(self.file)  # every request asks (`Adapters.route`)
 
     def list(self) -> list[AdapterInfo]:
         return [AdapterInfo(**e) for _, e in sorted(self._entries().items())]

@@ -13,8 +13,8 @@ only a registered adapter's file (`engine/adapter_paths`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from juggler.config import juggler_home
 from juggler.errors import NotFound
 from juggler.registry.adapters import model_adapter_id
+from juggler.registry.json_cache import JsonCache
 from juggler.registry.locks import edited_json
 
 if TYPE_CHECKING:
@@ -58,7 +59,12 @@ class ModelDefaults:
         if not isinstance(data, dict):
             return cls()
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{k: copy.deepcopy(v) for k, v in data.items() if k in names})
+
+
+#: Every Ollama chat and generate request asks the book (one per process: `book_of` makes
+#: a book per request).
+_CACHE = JsonCache()
 
 
 class ModelfileBook:
@@ -73,11 +79,7 @@ class ModelfileBook:
 
     def get(self, name: str) -> ModelDefaults:
         """`name`'s defaults (empty ones for a model with none)."""
-        try:
-            entries = json.loads(self.file.read_text() or "{}")
-        except (FileNotFoundError, ValueError):
-            return ModelDefaults()
-        return ModelDefaults.from_json(entries.get(name) if isinstance(entries, dict) else None)
+        return ModelDefaults.from_json(_CACHE.read(self.file).get(name))
 
     def put(self, name: str, defaults: ModelDefaults) -> None:
         """Replace `name`'s defaults (none: forget them)."""
