@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from juggler.errors import BadRequest, NotImplementedParam
+from juggler.router.core.modelfiles import ModelDefaults, ModelfileBook
 from juggler.router.ollama import applied
 from juggler.router.ollama import create_fields as cf
 from juggler.router.ollama import modelfile as mf
 from juggler.router.ollama import wire as ol
-from juggler.router.ollama.created import ModelDefaults, ModelfileBook
 
 MARIO = '''# a comment
 from llama3.2
@@ -214,3 +214,13 @@ def test_repeat_last_n_reaches_the_sampler() -> None:
     at = {n: sampling_params(SamplingBody(repeat_last_n=n), 1024, n_vocab=8) for n in (-1, 0, 7)}
     assert {n: p.penalty_last_n for n, p in at.items()} == {-1: 1024, 0: 0, 7: 7}
     assert sampling_params(SamplingBody(), 1024, n_vocab=8).penalty_last_n == 64
+
+
+def test_a_generate_template_is_honoured_but_not_with_raw() -> None:
+    """Ollama's generate: `template` overrides the model's; raw sends the prompt as is."""
+    from juggler.router.ollama import request as rq
+
+    body = ol.GenerateBody(model="m", prompt="x", template="{{ .Prompt }}")
+    assert rq.generate_request(body)[0] == applied.CHAT_PATH  # rendered by the route
+    with pytest.raises(BadRequest, match="template"):
+        rq.generate_request(body.model_copy(update={"raw": True}))

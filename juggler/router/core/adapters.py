@@ -57,7 +57,7 @@ class Adapters:
     def route(self, model: str, body: dict[str, Any]) -> Target:
         """The target of a request for `model`; for an adapter, `body` gains the adapter
         field for the backend (clients may not set it: `bodies.read_json`). A model made by
-        Ollama's create with an ADAPTER runs with it (`ollama/created`)."""
+        Ollama's create with an ADAPTER runs with it (`core/modelfiles`)."""
         found = self.registry.find(model)
         info = self.book.get(model) if found is None else self._own_adapter(found.name)
         if info is None:

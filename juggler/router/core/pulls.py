@@ -27,8 +27,8 @@ from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import HfRef, is_available, parse_checkpoint, remove_downloaded
 from juggler.registry.download import Progress, download
 from juggler.registry.folders import is_found
+from juggler.router.core import modelfiles
 from juggler.router.core.deps import RouterState
-from juggler.router.ollama import created
 from juggler.types import ModelInfo
 
 PROGRESS_EVERY_S = 0.25
@@ -158,5 +158,5 @@ async def delete_model(state: RouterState, name: str, *, ollama: bool = False) -
     if not builtin:
         registry.remove_user_model(info.name)
     state.pins.drop(info.name)
-    await created.forget(state, info.name)  # an Ollama Modelfile's defaults and adapter
+    await modelfiles.forget(state, info.name)  # an Ollama Modelfile's defaults and adapter
     return info.name

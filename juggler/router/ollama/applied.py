@@ -1,4 +1,4 @@
-"""A created model's Modelfile (`created.ModelDefaults`) applied to an Ollama request, as
+"""A created model's Modelfile (`core/modelfiles.ModelDefaults`) applied to an Ollama request, as
 Ollama's chat and generate handlers apply it. Pure.
 
 - PARAMETERs are the model's options, under the request's (`options` wins per name);
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from juggler.errors import BadRequest, NotImplementedParam
-from juggler.router.ollama.created import ModelDefaults
+from juggler.router.core.modelfiles import ModelDefaults
 from juggler.router.ollama.gotemplate import TemplateError
 from juggler.router.ollama.messages import Message
 from juggler.router.ollama.prompt_template import PromptTemplate

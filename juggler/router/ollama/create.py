@@ -29,11 +29,11 @@ from juggler.registry.checkpoint import cache_dir
 from juggler.registry.locks import disk_errors, temp_beside
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, is_local_owner, state_of
+from juggler.router.core.modelfiles import ModelDefaults, book_of, set_adapter
 from juggler.router.core.openapi import body_of
 from juggler.router.core.security import check_registration
 from juggler.router.ollama import create_fields as cf
 from juggler.router.ollama import wire as ol
-from juggler.router.ollama.created import ModelDefaults, book_of, set_adapter
 from juggler.router.ollama.models import inferred_labels
 from juggler.router.ollama.uploads import UploadBudget
 from juggler.router.ollama.wire import NDJSON, line
@@ -108,7 +108,7 @@ async def create(request: Request) -> Response:
     `m1`); a model is not made `from` itself; its `parameters` pass the checks a load
     runs (a `num_ctx` past what the model was trained for is refused here, not at every
     later use). Issue 49: its SYSTEM, TEMPLATE, PARAMETERs, MESSAGEs, ADAPTER and LICENSE
-    are kept (`create_fields`, `created`). All checked before anything is registered."""
+    are kept (`create_fields`, `core/modelfiles`). All checked before anything is registered."""
     state = state_of(request)
     admin = is_local_owner(request)
     body, _ = await parse(request, ol.CreateBody)

@@ -1,5 +1,5 @@
 """`/api/create`'s Modelfile fields, checked and turned into the new model's
-`ModelDefaults` (`created`) before anything is registered. Pure but for the files an
+`ModelDefaults` (`core/modelfiles`) before anything is registered. Pure but for the files an
 ADAPTER names (`adapter_file`, `check_fits`).
 
 - `modelfile` (older clients send the Modelfile itself) is parsed (`modelfile`) into the
@@ -25,9 +25,9 @@ from juggler.api.openai import SamplingBody
 from juggler.errors import BadRequest, CheckpointMissing, NotImplementedParam
 from juggler.registry.adapters import check_adapter
 from juggler.registry.checkpoint import resolve_checkpoint
+from juggler.router.core.modelfiles import LOAD_PARAMS, ModelDefaults
 from juggler.router.ollama import modelfile as mf
 from juggler.router.ollama import options as oo
-from juggler.router.ollama.created import LOAD_PARAMS, ModelDefaults
 from juggler.router.ollama.prompt_template import check as check_template
 from juggler.router.ollama.wire import API_VERSION, CreateBody
 from juggler.types import ModelInfo

@@ -39,12 +39,12 @@ from juggler.registry.gguf_meta import GgufError, labels_of, read_info
 from juggler.router.core.bodies import parse
 from juggler.router.core.catalog_view import FileFacts, file_facts
 from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.modelfiles import book_of, set_adapter
 from juggler.router.core.openapi import body_of
 from juggler.router.core.pulls import EventKind, delete_model, hf_ref_of, known_model, pull_events
 from juggler.router.ollama import modelfile as mf
 from juggler.router.ollama import options as oo
 from juggler.router.ollama import wire as ol
-from juggler.router.ollama.created import book_of, set_adapter
 from juggler.router.ollama.wire import NDJSON, line
 from juggler.types import ModelInfo, ModelType
 

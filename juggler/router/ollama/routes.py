@@ -25,13 +25,13 @@ from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import BadRequest
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.modelfiles import book_of
 from juggler.router.core.openapi import body_of
 from juggler.router.core.relay import read_whole, translated
 from juggler.router.ollama import applied
 from juggler.router.ollama import embed_rules as oe
 from juggler.router.ollama import wire as ol
 from juggler.router.ollama.answer import OllamaAnswer, backend_error
-from juggler.router.ollama.created import book_of
 from juggler.router.ollama.embed import embed_texts, vector_size
 from juggler.router.ollama.options import OllamaRequestOptions
 from juggler.router.ollama.request import (

@@ -2,12 +2,14 @@
 PARAMETERs, MESSAGEs, ADAPTER and LICENSE (`ModelDefaults`), kept per model name in
 `modelfiles.json` in the config directory (`ModelfileBook`; only the router writes it),
 so they survive restarts as the registered model does. `/api/copy` copies them, a delete
-forgets them (`forget`), a model created `from` one inherits them.
+forgets them (any face's delete: `forget`), a model created `from` one inherits them.
+In core because a delete through Lemonade's routes forgets them too; Ollama's face
+applies them (`ollama/applied`).
 
-The ADAPTER is a registered LoRA adapter (seed 004's `AdapterBook`) under an id made from
-the model's name (`registry.adapters.model_adapter_id`), with the created model as its base: requests for the
-model run with it on every route (`core/adapters.Adapters.route`), and a backend opens
-only a registered adapter's file (`engine/adapter_paths`).
+The ADAPTER is a registered LoRA adapter (seed 004's `AdapterBook`) under an id made
+from the model's name (`registry.adapters.model_adapter_id`), with the created model as
+its base: requests for the model run with it on every route (`core/adapters.route`),
+and a backend opens only a registered adapter's file (`engine/adapter_paths`).
 """
 
 from __future__ import annotations
