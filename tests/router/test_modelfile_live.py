@@ -233,3 +233,35 @@ def test_bad_modelfile_lines_are_400s_naming_them(
         r = c.post("/api/generate", json={"model": "legacy", "prompt": "Hi", "stream": False})
         assert r.json()["eval_count"] == 3
     assert "bad:latest" not in [m.model for m in client.list().models]
+
+
+def test_a_created_model_and_its_adapter_survive_a_restart(tmp_path: Path) -> None:
+    """Created models "persist like other user models": after a restart the model is
+    listed, shows its Modelfile and still has its adapter registered."""
+    base = smollm2_path()
+    assert base is not None
+    lora = make_lora(base, tmp_path / "keep-lora.gguf", seed=6)
+    first = start_server(tmp_path)  # nothing loaded: create and show need no backend
+    try:
+        with ollama.Client(host=first.base_url, timeout=120) as c:
+            c.create(
+                "keep",
+                from_=DEFAULT_MODEL,
+                system="Be brief.",
+                parameters={"temperature": 0.25, "stop": ["END"]},
+                adapters={"keep-lora.gguf": c.create_blob(lora)},
+            )
+    finally:
+        first.stop()
+    second = start_server(tmp_path)
+    try:
+        with ollama.Client(host=second.base_url, timeout=120) as c:
+            assert "keep:latest" in [m.model for m in c.list().models]
+            text = c.show("keep").modelfile or ""
+            assert "SYSTEM Be brief." in text and "PARAMETER stop END" in text
+            assert "PARAMETER temperature 0.25" in text and "ADAPTER " in text
+        with second.client() as h:
+            ids = {a["id"] for a in h.get("/v1/models").json()["data"]}
+            assert "keep.adapter" in ids
+    finally:
+        second.stop()
