@@ -287,3 +287,22 @@ def test_create_needs_a_source_and_refuses_what_it_cannot_keep(client: TestClien
     assert r.status_code == 200 and r.json() == {"status": "success"}
     shown = client.get("/api/v1/models/short").json()
     assert shown["recipe_options"] == {"ctx_size": 512}
+
+
+def test_an_adapter_path_outside_the_model_folders_needs_the_owner(
+    client: TestClient, tmp_path: Path
+) -> None:
+    """Issue 49: an ADAPTER "path must stay inside the model directories" for a client
+    that may not register local files anywhere (the test client is not on loopback)."""
+    outside = tmp_path / "lora.gguf"
+    outside.write_bytes(b"GGUF")
+    body = {"model": "m", "modelfile": f"FROM SmolLM2-135M-Instruct-GGUF\nADAPTER {outside}"}
+    r = client.post("/api/create", json=body)
+    assert r.status_code == 403 and "outside the model directories" in r.json()["error"]
+    inside = tmp_path / "home" / "models" / "lora.gguf"
+    inside.parent.mkdir(parents=True, exist_ok=True)
+    inside.write_bytes(b"GGUF")
+    body["modelfile"] = f"FROM SmolLM2-135M-Instruct-GGUF\nADAPTER {inside}"
+    r = client.post("/api/create", json=body)  # allowed, read, and not a LoRA adapter
+    assert r.status_code == 400 and r.json()["error"].startswith("adapters:"), r.text
+    assert "m:latest" not in [m["name"] for m in client.get("/api/tags").json()["models"]]
