@@ -27,9 +27,7 @@ OWNED_FLAGS: dict[str, str] = {
 SWITCH_FLAGS: dict[str, tuple[str, str]] = {"--no-mmap": ("mmap", "off")}
 #: llama-server flags accepted only at the value that is what Juggler does anyway (they
 #: change nothing, so no engine flag carries them), with what Juggler does.
-NEUTRAL_FLAGS: dict[str, tuple[str, str]] = {
-    "--reasoning-format": ("none", "Juggler leaves a model's reasoning in the content"),
-}
+NEUTRAL_FLAGS: dict[str, tuple[str, str]] = {}
 
 
 def field_type(info: FieldInfo) -> tuple[type, tuple[str, ...] | None]:

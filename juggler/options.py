@@ -375,6 +375,25 @@ class EngineFlags(BaseModel):
         json_schema_extra=_unit("MiB"),
     )
 
+    reasoning_format: Literal["auto", "deepseek", "none"] = Field(
+        "auto",
+        description="A reasoning model's thinking: apart from the answer (auto, deepseek: "
+        "reasoning_content, thinking), or left in the content (none); llama-server's flag.",
+    )
+    reasoning_budget: int = Field(
+        -1,
+        ge=-1,
+        le=0,
+        description="llama-server's: -1 a reasoning model thinks unless a request turns it "
+        "off; 0 it does not think unless a request turns it on.",
+    )
+    grammar: str | None = Field(
+        None,
+        max_length=1 << 20,
+        description="llama-server's: a GBNF grammar for the whole output of every request "
+        "that gives no grammar, schema, response format or tools of its own.",
+    )
+
     def to_argv(self) -> list[str]:
         """`--flag value` pairs for every field that is set (None fields are left out)."""
         argv: list[str] = []

@@ -114,6 +114,9 @@ class ChatMessage(_Body):
     tool_calls: list[ToolCall] | None = None
     #: A tool result: the call it answers.
     tool_call_id: StrictStr | None = None
+    #: An earlier assistant turn's thinking (as llama-server, vLLM and DeepSeek take it):
+    #: the chat template keeps or drops it.
+    reasoning_content: StrictStr | None = None
 
     @field_validator("content")
     @classmethod
@@ -138,6 +141,8 @@ class ChatMessage(_Body):
             raise ValueError("tool_calls belong to assistant messages")
         if self.tool_call_id is not None and self.role != "tool":
             raise ValueError("tool_call_id belongs to tool messages")
+        if self.reasoning_content is not None and self.role != "assistant":
+            raise ValueError("reasoning_content belongs to assistant messages")
         return self
 
     def text(self) -> str:
@@ -149,7 +154,10 @@ class ChatMessage(_Body):
 
     def as_template_input(self) -> dict[str, Any]:
         role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": self.text()}
+        out = {"role": role, "content": self.text()}
+        if self.reasoning_content is not None:
+            out["reasoning_content"] = self.reasoning_content
+        return out
 
 
 class SamplingBody(_Body):
@@ -253,6 +261,13 @@ class ChatRequest(GenerationBody):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     #: Only false: Juggler does not store chat completions.
     store: StrictBool | None = None
+    #: A reasoning model's thinking: "none" turns it off, any other effort on (docs/reasoning.md).
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    #: More variables for the chat template (llama-server's), e.g. {"enable_thinking": false}.
+    chat_template_kwargs: dict[str, Any] | None = None
+    #: llama-server's: "none" leaves the thinking in the content; else it is
+    #: `reasoning_content`.
+    reasoning_format: Literal["auto", "deepseek", "none"] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatRequest:

@@ -43,8 +43,9 @@ ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast", "u
 
 
 class ReasoningOptions(Strict):
-    """`reasoning`: the models Juggler serves do not reason apart from their answer, so
-    only "no reasoning" is honoured (effort "none", no summary, standard mode)."""
+    """`reasoning`: a reasoning model thinks (any effort but "none") and its thinking is
+    a `reasoning` output item, whole, not summarized; a model that cannot think answers an
+    effort with a 400 (docs/reasoning.md)."""
 
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
@@ -241,19 +242,14 @@ RULES: tuple[Rule, ...] = (
         "there are no prompt cache diagnostics",
     ),
     Rule(
-        "reasoning.effort",
-        lambda b: _reasoning(b).effort not in (None, "none"),
-        "the models served here do not reason apart from their answer (effort none)",
-    ),
-    Rule(
         "reasoning.summary",
         lambda b: _reasoning(b).summary is not None,
-        "no reasoning is done, so none is summarized",
+        "a reasoning model's thinking is returned whole (reasoning_text), never summarized",
     ),
     Rule(
         "reasoning.generate_summary",
         lambda b: _reasoning(b).generate_summary is not None,
-        "no reasoning is done, so none is summarized",
+        "a reasoning model's thinking is returned whole (reasoning_text), never summarized",
     ),
     Rule(
         "reasoning.mode",

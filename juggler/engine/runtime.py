@@ -203,9 +203,11 @@ class Engine:
         return self.model.tokenize(text, add_special=add_special)
 
     def render_chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self, messages: list[dict[str, Any]], tools: Any = None, variables: Any = None
     ) -> str:
-        return self.template.render(messages, add_generation_prompt=True, tools=tools)
+        return self.template.render(
+            messages, add_generation_prompt=True, tools=tools, variables=variables
+        )
 
     # -- stateless generation ------------------------------------------------------
     async def complete(
@@ -279,11 +281,13 @@ class Engine:
         text: str | None = None,
         messages: list[Message] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        header_suffix: str | None = None,
     ) -> dict[str, Any]:
         reply: Reply = self._future()
         msgs = tuple(messages) if messages is not None else None
         kit = tuple(tools) if tools is not None else None
-        self._send(AppendInput(session_id, reply, text=text, messages=msgs, tools=kit))
+        cmd = AppendInput(session_id, reply, text, msgs, kit, header_suffix)
+        self._send(cmd)
         return await reply
 
     async def generate(self, session_id: str, params: SamplingParams) -> StreamSink:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from juggler.reasoning import template_reasons
+
 _SCALARS: dict[int, str] = {
     0: "<B",
     1: "<b",
@@ -212,10 +214,12 @@ _ENCODERS = frozenset(
 
 def labels_of(info: GgufInfo) -> tuple[str, ...]:
     """Catalog labels a GGUF implies: rank pooling -> reranking, an encoder or another
-    pooling -> embeddings, else none (a chat/completion model). Pure."""
+    pooling -> embeddings, else none (a chat/completion model), `reasoning` too when its
+    chat template thinks (issue 49). Pure."""
     pooling = info.metadata.get(f"{info.architecture}.pooling_type")
     if pooling == 4:
         return ("reranking",)
     if info.architecture in _ENCODERS or pooling in (1, 2, 3):
         return ("embeddings",)
-    return ()
+    template = info.metadata.get("tokenizer.chat_template")
+    return ("reasoning",) if template_reasons(template) else ()

@@ -67,6 +67,7 @@ def test_system_and_sampling_fields_map_onto_the_openai_ones() -> None:
         "temperature": 0.5,
         "top_p": 0.9,
         "top_k": 40,
+        "chat_template_kwargs": {"enable_thinking": False},
     }
     assert canonical(system="Be brief.", messages=ASK)["messages"][0] == {
         "role": "system",
@@ -208,7 +209,10 @@ def test_output_config_format_is_a_json_schema_response_format() -> None:
             },
             "messages.0.content.1",
         ),
-        ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, "thinking"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.budget_tokens"),
+        ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+        ({"thinking": {"type": "disabled", "budget_tokens": 2048}}, "thinking.budget_tokens"),
+        ({"thinking": {"type": "loud"}}, "thinking.type"),
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
         ({"tools": [{**WEATHER, "type": "bash_20250124"}]}, "tools.0.type"),
         ({"speed": "fast"}, "speed"),

@@ -126,16 +126,21 @@ def test_lemonade_load_options_in_ollama_options_stay_out_of_the_load() -> None:
     assert err.value.param == "options.ctx_size"
 
 
-def test_reasoning_format_none_is_what_juggler_does() -> None:
+def test_reasoning_format_is_llama_servers_flag() -> None:
     """Lemonade's suite loads with `llamacpp_args: "--reasoning-format none"` (llama.cpp:
-    leave thoughts unparsed in the message content), which Juggler always does; any
-    other format (splitting out `reasoning_content`) is refused, naming the flag."""
-    assert parse_llamacpp_args("--reasoning-format none") == {}
-    assert parse_llamacpp_args("--reasoning-format=none --workers 2") == {"workers": 2}
-    for text in ("--reasoning-format deepseek", "--reasoning-format"):
+    leave thoughts unparsed in the message content), which Juggler honours (issue 49: the
+    thinking is otherwise apart from the answer); a value llama.cpp lacks is refused,
+    naming the flag."""
+    assert parse_llamacpp_args("--reasoning-format none") == {"reasoning_format": "none"}
+    assert parse_llamacpp_args("--reasoning-format=deepseek --workers 2") == {
+        "reasoning_format": "deepseek",
+        "workers": 2,
+    }
+    assert parse_llamacpp_args("--reasoning-budget 0") == {"reasoning_budget": 0}
+    for text in ("--reasoning-format loud", "--reasoning-format", "--reasoning-budget 100"):
         with pytest.raises(BadRequest) as err:
             parse_llamacpp_args(text)
-        assert "--reasoning-format" in err.value.message
+        assert "--reasoning-" in err.value.message
 
 
 SMOL = "SmolLM2-135M-Instruct-GGUF"

@@ -135,9 +135,9 @@ def test_chat_request_carries_tools_and_format() -> None:
     ("extra", "named", "why"),
     [
         ({"format": "json", "tools": [WEATHER]}, "format", "calls tools or answers"),
-        ({"think": True}, "think", "no reasoning model"),
+        ({"think": "loudly"}, "think", "true, false or one of"),
         ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "images", "vision"),
-        ({"messages": [{"role": "assistant", "thinking": "hm"}]}, "thinking", "reasoning"),
+        ({"messages": [{"role": "user", "thinking": "hm"}]}, "thinking", "only assistant"),
         ({"messages": [{"role": "user", "tool_name": "f"}]}, "tool_name", "tool messages"),
         ({"logprobs": True}, "logprobs", "not built"),
     ],
@@ -159,7 +159,6 @@ def test_what_cannot_be_honoured_is_refused_saying_why(
         ("images", ["aGk="], "vision"),
         ("suffix", "end", "fill-in-the-middle"),
         ("context", [1, 2], "token contexts"),
-        ("think", "high", "reasoning"),
     ],
 )
 def test_generate_refuses_what_it_cannot_honour(field: str, value: Any, why: str) -> None:
@@ -252,7 +251,7 @@ def test_refusals_are_ollama_shaped_400s_before_any_model_loads(client: TestClie
     base = {"model": "SmolLM2-135M-Instruct-GGUF", "stream": False}
     ask = [{"role": "user", "content": "hi"}]
     for body, named in [
-        ({"messages": ask, "think": True}, "think"),
+        ({"messages": ask, "think": "much"}, "think"),
         ({"messages": ask, "format": "json", "tools": [WEATHER]}, "format"),
         ({"messages": ask, "format": 3}, "format"),
         ({"messages": ask, "tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools"),

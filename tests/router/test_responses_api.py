@@ -144,6 +144,7 @@ def test_bad_requests_are_refused_naming_the_field(chat_server: RunningServer) -
     with pytest.raises(openai.BadRequestError) as err:
         client.responses.create(input="Hi", reasoning={"effort": "low"}, **ASK)
     assert isinstance(err.value.body, dict) and err.value.body["param"] == "reasoning.effort"
+    assert "does not support thinking" in err.value.body["message"], "issue 49"
     with pytest.raises(openai.NotFoundError):
         client.responses.create(input="Hi", previous_response_id="resp_" + "0" * 32, **ASK)
     with chat_server.client() as c:

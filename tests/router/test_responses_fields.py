@@ -111,8 +111,6 @@ UNHONOURED: list[tuple[dict[str, Any], str]] = [
         {"prompt_cache_options": {"comparison_response_id": "resp_1"}},
         "prompt_cache_options.comparison_response_id",
     ),
-    ({"reasoning": {"effort": "low"}}, "reasoning.effort"),
-    ({"reasoning": {"effort": "minimal"}}, "reasoning.effort"),
     ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
     ({"reasoning": {"generate_summary": "concise"}}, "reasoning.generate_summary"),
     ({"reasoning": {"mode": "pro"}}, "reasoning.mode"),

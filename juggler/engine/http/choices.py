@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from juggler.engine.llama.sampling import TokenLogprob
-from juggler.engine.schedule.stream import StreamEvent
+from juggler.engine.schedule.stream import EventKind, StreamEvent
 from juggler.engine.structured.tool_stream import (
     ArgsDelta,
     CallStart,
@@ -22,6 +22,8 @@ from juggler.engine.structured.tool_stream import (
     ToolStream,
 )
 from juggler.engine.structured.tools import ToolPlan
+from juggler.engine.thinking.split import ThinkingDelta, ThinkSplitter
+from juggler.engine.thinking.template import NO_THINK, ThinkPlan
 
 Piece = Callable[[int], bytes]
 
@@ -84,11 +86,15 @@ def delta_of(d: Delta) -> dict[str, Any]:
 
 @dataclass
 class Choice:
-    """One choice's output as it arrives; `feed` returns its deltas."""
+    """One choice's output as it arrives; `feed` returns its deltas (a reasoning model's
+    thinking as {"reasoning_content": ...}, before the answer's)."""
 
     index: int
     plan: ToolPlan | None = None
+    think: ThinkPlan = NO_THINK
     tools: ToolStream | None = None
+    splitter: ThinkSplitter | None = None
+    reasoning: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     #: Logprobs not yet sent in a chunk (streaming).
     unsent: list[TokenLogprob] = field(default_factory=list)
@@ -101,13 +107,35 @@ class Choice:
             self.tools = ToolStream(plan.syntax, mode)
         else:
             self.tools = ToolStream()
+        if self.think.reasons and self.think.split:
+            self.splitter = ThinkSplitter(inside=self.think.inside)
 
     def feed(self, ev: StreamEvent) -> list[dict[str, Any]]:
-        """The chat deltas of one event ({"content": ...} or {"tool_calls": [...]})."""
+        """The chat deltas of one event ({"content": ...}, {"reasoning_content": ...} or
+        {"tool_calls": [...]})."""
+        return [
+            {"reasoning_content": d.text} if isinstance(d, ThinkingDelta) else delta_of(d)
+            for d in self.deltas(ev)
+        ]
+
+    def deltas(self, ev: StreamEvent) -> list[Delta | ThinkingDelta]:
+        """One event's thinking, text and tool-call deltas (the Responses API's too)."""
         self.logprobs.extend(ev.logprobs)
         self.unsent.extend(ev.logprobs)
         assert self.tools is not None
-        return [delta_of(d) for d in self.tools.feed(ev.text)] if ev.text else []
+        if self.splitter is None:
+            return list(self.tools.feed(ev.text)) if ev.text else []
+        parts = self.splitter.feed(ev.text) if ev.text else []
+        if ev.kind is EventKind.DONE:
+            parts += self.splitter.flush()
+        out: list[Delta | ThinkingDelta] = []
+        for kind, text in parts:
+            if kind == "reasoning":
+                self.reasoning += text
+                out.append(ThinkingDelta(text))
+            else:
+                out += self.tools.feed(text)
+        return out
 
     def take_logprobs(self) -> list[TokenLogprob]:
         out, self.unsent = self.unsent, []
@@ -140,6 +168,7 @@ class Choice:
 
     def message(self) -> dict[str, Any]:
         calls = self.calls
+        thinking = {"reasoning_content": self.reasoning} if self.reasoning else {}
         if calls:
-            return {"role": "assistant", "content": None, "tool_calls": calls}
-        return {"role": "assistant", "content": self.text}
+            return {"role": "assistant", "content": None, **thinking, "tool_calls": calls}
+        return {"role": "assistant", "content": self.text, **thinking}

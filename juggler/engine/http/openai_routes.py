@@ -55,6 +55,8 @@ from juggler.engine.structured.tools import (
     tool_grammar,
     tool_plan,
 )
+from juggler.engine.thinking.grammar import with_thinking
+from juggler.engine.thinking.template import NO_THINK, ThinkPlan, request_plan
 from juggler.errors import BadRequest
 
 
@@ -83,9 +85,11 @@ async def start_choices(
     return sinks
 
 
-def render(engine: Engine, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
+def render(
+    engine: Engine, messages: list[dict[str, Any]], tools: Any = None, think: ThinkPlan = NO_THINK
+) -> list[int]:
     try:
-        text = engine.render_chat(messages, tools)
+        text = engine.render_chat(messages, tools, think.variables) + think.suffix
     except jinja2.TemplateError as exc:
         raise BadRequest(
             f"messages: the model's chat template refused them: {exc}", param="messages"
@@ -93,7 +97,9 @@ def render(engine: Engine, messages: list[dict[str, Any]], tools: Any = None) ->
     return engine.tokenize_prompt(text)
 
 
-def chat_sampling(engine: Engine, body: api.ChatRequest, plan: ToolPlan | None) -> SamplingParams:
+def chat_sampling(
+    engine: Engine, body: api.ChatRequest, plan: ToolPlan | None, think: ThinkPlan = NO_THINK
+) -> SamplingParams:
     params = sampling_params(body, engine.config.flags.ctx_size, n_vocab=engine.model.n_vocab)
     grammar = format_grammar(params, body.response_format, "response_format")
     if plan is not None and plan.is_offered:
@@ -106,8 +112,33 @@ def chat_sampling(engine: Engine, body: api.ChatRequest, plan: ToolPlan | None) 
         grammar = tool_grammar(plan)
     elif plan is not None and grammar is None:
         grammar = tool_grammar(plan)  # "none": plain text
+    grammar = answer_grammar(engine, grammar, raw=body.grammar is not None, think=think)
     top = (body.top_logprobs or 0) if body.logprobs else None
     return dataclasses.replace(params, grammar=grammar, top_logprobs=top)
+
+
+def answer_grammar(engine: Engine, grammar: str | None, *, raw: bool, think: ThinkPlan) -> str | None:
+    """A structured output's grammar holds the answer, after the thinking; a raw GBNF
+    `grammar` (llama-server's) holds the whole output, as does the model's `--grammar`
+    when the request gives none."""
+    if grammar is None:
+        return engine.config.flags.grammar
+    if raw or not think.on:
+        return grammar
+    return with_thinking(grammar, inside=think.inside)
+
+
+def chat_think(engine: Engine, caps: ToolCaps, body: api.ChatRequest) -> ThinkPlan:
+    flags = engine.config.flags
+    return request_plan(
+        caps.think,
+        engine.config.model_name,
+        budget=flags.reasoning_budget,
+        fmt=flags.reasoning_format,
+        kwargs=body.chat_template_kwargs,
+        effort=body.reasoning_effort,
+        request_fmt=body.reasoning_format,
+    )
 
 
 def checked(engine: Engine, params: SamplingParams) -> SamplingParams:
@@ -119,12 +150,14 @@ def checked(engine: Engine, params: SamplingParams) -> SamplingParams:
 
 def prepare_chat(
     engine: Engine, caps: ToolCaps, body: api.ChatRequest
-) -> tuple[ToolPlan | None, list[int], SamplingParams]:
-    """The tool plan, the prompt's tokens and the sampling of a chat (off the loop)."""
+) -> tuple[ToolPlan | None, list[int], SamplingParams, ThinkPlan]:
+    """The tool plan, the prompt's tokens, the sampling and the thinking of a chat (off
+    the loop)."""
     plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
+    think = chat_think(engine, caps, body)
     messages, template_tools = chat_messages(body.messages, plan, caps)
-    prompt = render(engine, messages, template_tools)
-    return plan, prompt, checked(engine, chat_sampling(engine, body, plan))
+    prompt = render(engine, messages, template_tools, think)
+    return plan, prompt, checked(engine, chat_sampling(engine, body, plan, think)), think
 
 
 def prepare_completion(
@@ -142,9 +175,9 @@ async def chat(
     t0 = time.perf_counter()
     engine.require_llm()
     if inline:
-        plan, prompt, params = prepare_chat(engine, caps, body)
+        plan, prompt, params, think = prepare_chat(engine, caps, body)
     else:
-        plan, prompt, params = await run_in_threadpool(prepare_chat, engine, caps, body)
+        plan, prompt, params, think = await run_in_threadpool(prepare_chat, engine, caps, body)
     await ensure_connected(request)
     n = body.num_choices
     sinks = await start_choices(
@@ -163,7 +196,7 @@ async def chat(
         finals = await collect(sinks, request)
         out = []
         for i, ev in enumerate(finals):
-            c = Choice(i, plan)
+            c = Choice(i, plan, think)
             c.feed(ev)
             out.append(
                 {
@@ -177,7 +210,7 @@ async def chat(
         use = shape.choices_usage([ev.stats for ev in finals])
         return shape.chat_response(rid, name, out, use)
     created = int(time.time())
-    choices = [Choice(i, plan) for i in range(n)]
+    choices = [Choice(i, plan, think) for i in range(n)]
 
     def chunk(c: Choice, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         lps = c.take_logprobs()

@@ -11,12 +11,15 @@ from __future__ import annotations
 import secrets
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from juggler.api import sse
 from juggler.api.responses import ResponsesRequest
+from juggler.engine.http.response_reasoning import ReasoningItem, reasoning_done
 from juggler.engine.schedule.stream import RequestStats
 from juggler.engine.structured.tool_stream import ArgsDelta, CallStart, Delta, TextDelta
+from juggler.engine.thinking.split import ThinkingDelta
 
 
 def item_id(prefix: str) -> str:
@@ -102,6 +105,10 @@ class OutputItems:
         self._calls: dict[int, int] = {}
         #: Log-probabilities of tokens whose text has not come out yet.
         self._logprobs: list[dict[str, Any]] = []
+        self._thinking = ReasoningItem()
+
+    def add(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._add(item)
 
     def _add(self, item: dict[str, Any]) -> list[dict[str, Any]]:
         self.items.append(item)
@@ -133,14 +140,16 @@ class OutputItems:
         return events
 
     def feed(
-        self, deltas: list[Delta], logprobs: list[dict[str, Any]] | None = None
+        self, deltas: Sequence[Delta | ThinkingDelta], logprobs: list[dict[str, Any]] | None = None
     ) -> list[dict[str, Any]]:
         """`logprobs`: those of the tokens these deltas came from (OpenAI's shape); they
         go with the next text delta, and into the output text part."""
         events: list[dict[str, Any]] = []
         self._logprobs += logprobs or []
         for d in deltas:
-            if isinstance(d, TextDelta):
+            if isinstance(d, ThinkingDelta):
+                events += self._thinking.feed(self, d.text)
+            elif isinstance(d, TextDelta):
                 events += self._open_text()
                 assert self._text is not None
                 item = self.items[self._text]
@@ -190,7 +199,9 @@ class OutputItems:
             events += self._open_text()
         for index, item in enumerate(self.items):
             item["status"] = status
-            if item["type"] == "message":
+            if item["type"] == "reasoning":
+                events += reasoning_done(item, index)
+            elif item["type"] == "message":
                 part = item["content"][0]
                 part["logprobs"] += self._logprobs
                 self._logprobs = []

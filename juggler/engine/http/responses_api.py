@@ -37,12 +37,23 @@ from juggler.engine.structured.tools import (
     tool_grammar,
     tool_plan,
 )
+from juggler.engine.thinking.grammar import with_thinking
+from juggler.engine.thinking.template import (
+    EMPTY_THINKING,
+    NO_THINK,
+    Effort,
+    ThinkCaps,
+    ThinkPlan,
+    think_plan,
+)
 from juggler.errors import BadRequest, render
 
 _DEFAULTS = SamplingParams()
 
 
-def sampling(engine: Engine, body: ResponsesRequest, plan: ToolPlan | None) -> SamplingParams:
+def sampling(
+    engine: Engine, body: ResponsesRequest, plan: ToolPlan | None, think: ThinkPlan = NO_THINK
+) -> SamplingParams:
     d = _DEFAULTS
     fmt = body.text.format if body.text is not None else None
     grammar = None
@@ -56,6 +67,9 @@ def sampling(engine: Engine, body: ResponsesRequest, plan: ToolPlan | None) -> S
         grammar = tool_grammar(plan)
     elif plan is not None and grammar is None:
         grammar = tool_grammar(plan)  # "none": plain text
+    if grammar is not None and think.on:
+        grammar = with_thinking(grammar, inside=think.inside)
+    grammar = grammar if grammar is not None else engine.config.flags.grammar  # --grammar
     if grammar is not None:
         engine.model.check_grammar(grammar)
     limit = body.max_output_tokens
@@ -93,9 +107,33 @@ def fitted(
 
 def _assistant_turn(choice: Choice) -> ChatMessage:
     calls = choice.calls
+    thinking = choice.reasoning or None
     if calls:
-        return ChatMessage.model_validate({"role": "assistant", "tool_calls": calls})
-    return ChatMessage(role="assistant", content=choice.text)
+        return ChatMessage.model_validate(
+            {"role": "assistant", "tool_calls": calls, "reasoning_content": thinking}
+        )
+    return ChatMessage(role="assistant", content=choice.text, reasoning_content=thinking)
+
+
+def response_think(caps: ThinkCaps, model: str, body: ResponsesRequest) -> ThinkPlan:
+    """`reasoning.effort`: "none" turns a reasoning model's thinking off, any other
+    effort on (a model that cannot think answers it with a 400); unset, the template's
+    default."""
+    effort = body.reasoning.effort if body.reasoning is not None else None
+    asked: Effort | None = None if effort is None else "none" if effort == "none" else "high"
+    try:
+        return think_plan(caps, model, effort=asked)
+    except BadRequest as exc:
+        raise BadRequest(exc.message, param="reasoning.effort") from None
+
+
+def header_suffix(caps: ThinkCaps, think: ThinkPlan) -> str:
+    """What follows a session's generation prompt: the empty thinking that turns a
+    reasoning model's thinking off (what Qwen3's template writes for enable_thinking
+    false), else nothing."""
+    if not think.reasons or think.on:
+        return ""
+    return "\n</think>\n\n" if caps.opens else EMPTY_THINKING
 
 
 def _status(finish: str | None) -> str:
@@ -113,7 +151,8 @@ async def create(
     engine.require_llm()
     created_at = int(time.time())
     plan = tool_plan(body.chat_tools(), body.chat_tool_choice(), body.parallel_tool_calls, caps)
-    params = sampling(engine, body, plan)
+    think = response_think(caps.think, engine.config.model_name, body)
+    params = sampling(engine, body, plan, think)
     prev = None
     if body.previous_response_id is not None:
         prev = store.get(body.previous_response_id, param="previous_response_id")
@@ -138,13 +177,14 @@ async def create(
         sid = str((await engine.create_session(adapter))["session_id"])
         delta, template_tools = chat_messages([*system, *turns], plan, caps)
     try:
-        await engine.append_input(sid, messages=delta, tools=template_tools)
+        suffix = header_suffix(caps.think, think)
+        await engine.append_input(sid, messages=delta, tools=template_tools, header_suffix=suffix)
         sink = await engine.generate(sid, params)
     except BaseException:
         store.end_later(sid)
         raise
     name = engine.config.model_name
-    choice = Choice(0, plan)
+    choice = Choice(0, plan, think)
 
     def logprobs(ev: StreamEvent) -> list[dict[str, Any]]:
         if not body.wants_logprobs or not ev.logprobs:
@@ -178,7 +218,7 @@ async def create(
             raise
         items = OutputItems()
         assert choice.tools is not None
-        items.feed(choice.tools.feed(ev.text), logprobs(ev))
+        items.feed(choice.deltas(ev), logprobs(ev))
         items.close(_status(ev.finish_reason))
         return finish(ev, items.items)
     return sse_response(
@@ -208,8 +248,7 @@ async def _events(
     done = False
     try:
         async for _, ev in merged([sink]):
-            assert choice.tools is not None
-            deltas = choice.tools.feed(ev.text) if ev.text else []
+            deltas = choice.deltas(ev) if ev.text or ev.kind is EventKind.DONE else []
             for event in items.feed(deltas, logprobs(ev)):
                 yield numbers.frame(event)
             if ev.kind is EventKind.ERROR:

@@ -174,8 +174,9 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
 
         def count() -> int:
             plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
+            think = openai_routes.chat_think(engine, caps, body)
             messages, tools = chat_messages(body.messages, plan, caps)
-            return len(openai_routes.render(engine, messages, tools))
+            return len(openai_routes.render(engine, messages, tools, think))
 
         return {"prompt_tokens": await run_in_threadpool(count)}
 

@@ -97,10 +97,12 @@ class ChatTemplate:
         *,
         add_generation_prompt: bool,
         tools: list[dict[str, Any]] | None = None,
+        variables: dict[str, Any] | None = None,
     ) -> str:
         """The prompt text; `tools` (OpenAI's function tools) only for templates that
-        render tools themselves (see `structured.tools`)."""
-        extra = {"tools": tools} if tools is not None else {}
+        render tools themselves (see `structured.tools`); `variables`: more template
+        variables (a request's chat_template_kwargs, `enable_thinking`)."""
+        extra = {**(variables or {}), **({"tools": tools} if tools is not None else {})}
         return self._template.render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
@@ -128,6 +130,8 @@ class ChatState:
     text: str = ""
     #: The tools the template renders (templates that render tools themselves).
     tools: list[dict[str, Any]] | None = None
+    #: What follows the generation prompt (a reasoning model's empty thinking, when off).
+    header_suffix: str = ""
 
     def delta_for(self, template: ChatTemplate, new: list[dict[str, Any]]) -> str | None:
         """The text to append for new messages, or None if the template's rendering of

@@ -56,6 +56,8 @@ class AppendInput:
     messages: tuple[Message, ...] | None = None
     #: Tools for a template that renders them itself (from now on; None: unchanged).
     tools: tuple[dict[str, Any], ...] | None = None
+    #: What follows the generation prompt from now on (None: unchanged).
+    header_suffix: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,13 +25,14 @@ import enum
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from juggler.api.openai import ChatMessage
 from juggler.api.structured import FunctionDef, Tool, ToolChoice
 from juggler.engine.llama.chat import ChatTemplate
 from juggler.engine.structured.grammar import converter, finish, guard, visit_schema
+from juggler.engine.thinking.template import ThinkCaps, think_caps
 from juggler.errors import BadRequest
 
 _PROBE = "juggler_probe_function"
@@ -51,6 +52,8 @@ class ToolCaps:
     hermes: bool = False
     #: It renders messages of role "tool".
     tool_role: bool = True
+    #: What it does with a reasoning model's thinking.
+    think: ThinkCaps = field(default_factory=ThinkCaps)
 
 
 def template_caps(template: ChatTemplate) -> ToolCaps:
@@ -65,7 +68,7 @@ def template_caps(template: ChatTemplate) -> ToolCaps:
     tools = [{"type": "function", "function": {"name": _PROBE, "parameters": {}}}]
     native = renders([user], _PROBE, tools=tools) and "<tool_call>" in template.source
     role = renders([user, {"role": "tool", "content": _PROBE}], _PROBE)
-    return ToolCaps(hermes=native, tool_role=role)
+    return ToolCaps(hermes=native, tool_role=role, think=think_caps(template))
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,8 @@ def chat_messages(
                 out.append(
                     {"role": "assistant", "content": f"{text}\n{call_text}" if text else call_text}
                 )
+            if m.reasoning_content is not None:  # the template keeps or drops it
+                out[-1]["reasoning_content"] = m.reasoning_content
             continue
         if role == "tool":
             name = names.get(m.tool_call_id or "", m.name or "")
@@ -190,6 +195,8 @@ def chat_messages(
                 )
             continue
         out.append({"role": role, "content": text, **({"name": m.name} if m.name else {})})
+        if m.reasoning_content is not None:
+            out[-1]["reasoning_content"] = m.reasoning_content
     if plan is None or not plan.functions:
         return out, None
     if native:

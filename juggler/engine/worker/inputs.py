@@ -41,13 +41,17 @@ class SessionInputs:
         text: str | None,
         messages: Sequence[dict[str, Any]] | None,
         tools: list[dict[str, Any]] | None = None,
+        header_suffix: str | None = None,
     ) -> int:
         """Append a text or chat delta to the session's pending input; returns how many
         tokens it added. `tools`: what a template that renders tools itself gets from now
         on. Raises BadRequest / ContextOverflow (nothing appended)."""
         self.drop_speculation(s)
         if messages is not None:
-            return self._chat_delta(s, messages, tools)
+            num_new = self._chat_delta(s, messages, tools)
+            if header_suffix is not None and s.chat is not None:
+                s.chat.header_suffix = header_suffix
+            return num_new
         if s.chat is not None:
             raise BadRequest("this is a chat session: send messages, not text", param="text")
         total = s.n_past + len(s.pending)
@@ -60,7 +64,7 @@ class SessionInputs:
     def speculate_header(self, s: Session) -> None:
         """After a user turn, append the assistant header now (see the module doc)."""
         assert s.chat is not None
-        text = self.template.generation_prompt(s.chat.messages, s.chat.tools)
+        text = self._header(s.chat)
         if not text:
             return
         header = self.vocab.tokenize(text, add_special=False)
@@ -91,7 +95,7 @@ class SessionInputs:
             return False, None
         msgs = s.chat.messages
         continues = bool(msgs) and msgs[-1].get("role") == "assistant"
-        prompt = "" if continues else self.template.generation_prompt(msgs, s.chat.tools)
+        prompt = "" if continues else self._header(s.chat)
         saved = None
         if s.spec_header is not None and s.spec_header[0] == prompt:
             s.chat.text += prompt  # already appended (and maybe decoded) at /input
@@ -106,6 +110,11 @@ class SessionInputs:
             s.pending.extend(header)
             s.chat.text += prompt
         return continues, saved
+
+    def _header(self, chat: ChatState) -> str:
+        """The assistant header a generation starts with (and what follows it)."""
+        prompt = self.template.generation_prompt(chat.messages, chat.tools)
+        return prompt + chat.header_suffix if prompt else ""
 
     def _chat_delta(
         self, s: Session, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None

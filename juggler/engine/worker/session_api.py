@@ -133,7 +133,7 @@ class SessionApi:
             raise Conflict("the session is generating; cancel it or wait for it to finish")
         self._unpark(s)
         tools = list(cmd.tools) if cmd.tools is not None else None
-        num_new = self.inputs.append(s, cmd.text, cmd.messages, tools)
+        num_new = self.inputs.append(s, cmd.text, cmd.messages, tools, cmd.header_suffix)
         s.last_used = self.clock.tick
         self.outbox.resolve(
             cmd.reply,

@@ -5,7 +5,8 @@ The events, in order: `message_start` (an empty message), `ping` (again whenever
 backend has been silent for the router's heartbeat interval), then for each content
 block `content_block_start`, its deltas (`text_delta`, or `input_json_delta` pieces of a
 `tool_use` block's input as the backend streams the call's arguments) and
-`content_block_stop`; then `message_delta` (`stop_reason`, `stop_sequence`, usage) and
+`content_block_stop` (a reasoning model's thinking first, as a `thinking` block of
+`thinking_delta`s closed by a `signature_delta`); then `message_delta` (`stop_reason`, `stop_sequence`, usage) and
 `message_stop`. An error after the start is an `error` event.
 
 `stop_reason`: `tool_use` when the model called tools, `max_tokens` when `max_tokens` cut
@@ -18,6 +19,7 @@ the functions below it run in the route's task.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -89,6 +91,8 @@ class MessageEvents:
         self.finish: str | None = None
         self.stop_sequence: str | None = None
         self.usage: dict[str, Any] = {}
+        #: The open thinking block's text (its signature is a digest of it).
+        self.thought = ""
 
     def start(self) -> list[Event]:
         message: dict[str, Any] = {
@@ -115,6 +119,8 @@ class MessageEvents:
         out: list[Event] = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                out += self._thinking(str(delta["reasoning_content"]))
             if delta.get("content"):
                 out += self._text(str(delta["content"]))
             for call in delta.get("tool_calls") or []:
@@ -149,8 +155,13 @@ class MessageEvents:
     def _close(self) -> list[Event]:
         if self.open is None:
             return []
+        out = []
+        if self.open == "thinking":
+            sign = {"type": "signature_delta", "signature": signature(self.thought)}
+            out.append(self._delta(sign))
+            self.thought = ""
         self.open, self.call_index = None, None
-        return [{"type": "content_block_stop", "index": self.index}]
+        return [*out, {"type": "content_block_stop", "index": self.index}]
 
     @property
     def index(self) -> int:
@@ -158,6 +169,12 @@ class MessageEvents:
 
     def _delta(self, delta: dict[str, Any]) -> Event:
         return {"type": "content_block_delta", "index": self.index, "delta": delta}
+
+    def _thinking(self, text: str) -> list[Event]:
+        block = {"type": "thinking", "thinking": "", "signature": ""}
+        out = [] if self.open == "thinking" else self._open(block)
+        self.thought += text
+        return [*out, self._delta({"type": "thinking_delta", "thinking": text})]
 
     def _text(self, text: str) -> list[Event]:
         out = [] if self.open == "text" else self._open({"type": "text", "text": ""})
@@ -198,6 +215,10 @@ def fold(events: list[Event]) -> dict[str, Any]:
             block = blocks[ev["index"]]
             if delta["type"] == "text_delta" and block is not None:
                 block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta" and block is not None:
+                block["thinking"] += delta["thinking"]
+            elif delta["type"] == "signature_delta" and block is not None:
+                block["signature"] = delta["signature"]
             else:
                 inputs[ev["index"]] = inputs.get(ev["index"], "") + delta["partial_json"]
         elif kind == "content_block_stop":
@@ -216,6 +237,12 @@ def _tool_block(block: dict[str, Any], arguments: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return {**block, "input": parsed} if isinstance(parsed, dict) else None
+
+
+def signature(thinking: str) -> str:
+    """A thinking block's `signature`: Anthropic's is an opaque proof that the block came
+    from the model; Juggler's is a digest of the text (not checked when it comes back)."""
+    return hashlib.sha256(thinking.encode()).hexdigest()
 
 
 # -- the route's side ------------------------------------------------------------------------

@@ -16,11 +16,14 @@ What maps where:
 - `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `top_k` sample as OpenAI's
   fields of those names (`stop` for the sequences); `output_config.format` (a JSON
   schema) is `response_format`.
-- `metadata.user_id`, `service_tier`, `speed: "standard"`, `thinking: {"type":
-  "disabled"}` and `cache_control` (Juggler's prefix cache keeps every prompt's KV
-  anyway) ask for what Juggler does: accepted. What it cannot honour (images,
-  documents, thinking, server tools, a final assistant turn to continue, ...) is a 400
-  naming it and saying why.
+- `thinking` ({"type": "enabled", "budget_tokens": N}, "adaptive" or "disabled"; unset
+  is disabled, as Anthropic's default) turns a reasoning model's thinking on or off
+  (`request_thinking`); an assistant turn's `thinking` blocks are its
+  `reasoning_content`, which the chat template keeps or drops.
+- `metadata.user_id`, `service_tier`, `speed: "standard"` and `cache_control` (Juggler's
+  prefix cache keeps every prompt's KV anyway) ask for what Juggler does: accepted. What
+  it cannot honour (images, documents, redacted thinking, server tools, a final
+  assistant turn to continue, ...) is a 400 naming it and saying why.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import json
 from typing import Any
 
 from juggler.errors import BadRequest, NotImplementedParam
+from juggler.router.anthropic.thinking import request_thinking, thinking_text
 from juggler.router.anthropic.wire import (
     AnthropicMessage,
     AnthropicTextBlock,
@@ -44,14 +48,13 @@ from juggler.router.anthropic.wire import (
 )
 
 NO_VISION = "Juggler serves no vision model (no image projector is loaded)"
-NO_THINKING = "Juggler serves no reasoning model, so there is no thinking to turn on or show"
+NO_REDACTED = "Juggler writes no redacted thinking, so there is none to send back"
 NO_SERVER_TOOLS = "Juggler runs client tools only (no server tools)"
 #: Why a content block of each type is refused.
 REFUSED_BLOCKS = {
     "image": NO_VISION,
     "document": "documents are not read (no vision model, no PDF text extraction)",
-    "thinking": NO_THINKING,
-    "redacted_thinking": NO_THINKING,
+    "redacted_thinking": NO_REDACTED,
     "search_result": "search results with citations are not built",
     "container_upload": "containers are not built",
 }
@@ -113,10 +116,13 @@ def chat_messages(
     turns = _turns(messages)
     for role, blocks in turns:
         texts: list[str] = []
+        thoughts: list[str] = []
         tool_calls: list[dict[str, Any]] = []
         for param, b in blocks:
             if isinstance(b, AnthropicTextBlock):
                 texts.append(b.text)
+            elif role == "assistant" and (thought := thinking_text(param, b)) is not None:
+                thoughts.append(thought)
             elif isinstance(b, AnthropicToolUse) and role == "assistant":
                 calls[b.id] = b.name
                 arguments = json.dumps(b.input, ensure_ascii=False)
@@ -131,6 +137,8 @@ def chat_messages(
                 _refuse_block(param, b)
         if role == "assistant":
             msg: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) or None}
+            if thoughts:
+                msg["reasoning_content"] = "\n\n".join(thoughts)
             if tool_calls:
                 msg["tool_calls"] = tool_calls
             out.append(msg)
@@ -203,10 +211,11 @@ def _tool_choice(choice: Any, names: list[str]) -> dict[str, Any]:
 
 def prompt_fields(body: PromptBody) -> dict[str, Any]:
     """The OpenAI chat fields of a prompt: messages, tools, tool_choice, response_format."""
-    thinking = body.thinking.type if body.thinking is not None else None
-    _refuse_if("thinking", thinking, NO_THINKING, (None, "disabled"))
     _refuse_if("speed", body.speed, "Juggler has no fast mode", (None, "standard"))
-    out: dict[str, Any] = {"messages": chat_messages(body.system, body.messages)}
+    out: dict[str, Any] = {
+        "messages": chat_messages(body.system, body.messages),
+        **request_thinking(body.thinking, getattr(body, "max_tokens", None)),
+    }
     tools = _tools(body.tools or [])
     if tools:
         out["tools"] = tools

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from juggler.reasoning import template_reasons
 from juggler.registry.checkpoint import is_available, local_file
 from juggler.registry.gguf_meta import GgufError, GgufInfo, read_info
 from juggler.types import ModelInfo
@@ -53,6 +54,15 @@ def file_facts(info: ModelInfo) -> FileFacts:
     return FileFacts(path, size, stat.st_mtime, meta)
 
 
+def listed_labels(info: ModelInfo, facts: FileFacts) -> list[str]:
+    """The model's labels, `reasoning` too when its GGUF's chat template thinks (issue 49)."""
+    labels = list(info.labels)
+    template = facts.gguf.metadata.get("tokenizer.chat_template") if facts.gguf else None
+    if "reasoning" not in labels and template_reasons(template):
+        labels.append("reasoning")
+    return labels
+
+
 def max_context_window(info: ModelInfo, facts: FileFacts) -> int | None:
     if facts.gguf is not None and facts.gguf.context_length:
         return facts.gguf.context_length
@@ -80,7 +90,7 @@ def model_entry(
         "owned_by": "juggler",
         "checkpoint": info.checkpoint,
         "recipe": info.recipe,
-        "labels": list(info.labels),
+        "labels": listed_labels(info, facts),
         "type": info.type.value,
         "downloaded": is_available(info),
         "suggested": info.suggested,

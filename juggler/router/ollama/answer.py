@@ -24,7 +24,12 @@ from juggler.router.ollama.wire import line
 
 #: How often a non-streaming answer checks that its client is still there.
 DISCONNECT_POLL_S = 0.25
-#: What `OllamaAnswer.items` yields: a text piece, or tool calls that just became whole.
+class Thinking(str):
+    """A piece of a reasoning model's thinking (Ollama's `thinking`)."""
+
+
+#: What `OllamaAnswer.items` yields: a text piece, thinking, or tool calls that just
+#: became whole.
 Item = str | list[dict[str, Any]]
 
 
@@ -57,20 +62,28 @@ class OllamaAnswer:
         self.usage: dict[str, Any] = {}
         self.calls = ToolCalls()
 
-    def piece(self, text: str, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def piece(
+        self, text: str, calls: list[dict[str, Any]] | None = None, thinking: str = ""
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.asked, "created_at": ol.now_iso()}
         if self.chat:
             out["message"] = {"role": "assistant", "content": text}
+            if thinking:
+                out["message"]["thinking"] = thinking
             if calls:
                 out["message"]["tool_calls"] = calls
         else:
             out["response"] = text
+            if thinking:
+                out["thinking"] = thinking
         return {**out, "done": False}
 
-    def final(self, text: str = "", calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def final(
+        self, text: str = "", calls: list[dict[str, Any]] | None = None, thinking: str = ""
+    ) -> dict[str, Any]:
         end = time.perf_counter()
         first = self.t_first or end
-        out = self.piece(text, calls)
+        out = self.piece(text, calls, thinking)
         out.update(
             done=True,
             done_reason=ol.done_reason(self.finish),
@@ -83,15 +96,15 @@ class OllamaAnswer:
         )
         return out
 
-    def _read(self, choice: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    def _read(self, choice: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:
         if not self.from_chat:
-            return str(choice.get("text") or ""), []
+            return str(choice.get("text") or ""), [], ""
         delta = choice.get("delta") or {}
         deltas = delta.get("tool_calls")
         calls = self.calls.feed(deltas) if deltas else []
         if deltas and self.t_first is None:
             self.t_first = time.perf_counter()
-        return str(delta.get("content") or ""), calls
+        return str(delta.get("content") or ""), calls, str(delta.get("reasoning_content") or "")
 
     async def items(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Item]:
         """Text pieces and whole tool calls; raises a backend's in-stream error."""
@@ -104,7 +117,11 @@ class OllamaAnswer:
             for choice in ev.get("choices") or []:
                 if choice.get("finish_reason"):
                     self.finish = choice["finish_reason"]
-                text, calls = self._read(choice)
+                text, calls, thinking = self._read(choice)
+                if thinking:
+                    if self.t_first is None:
+                        self.t_first = time.perf_counter()
+                    yield Thinking(thinking)
                 if text:
                     if self.t_first is None:
                         self.t_first = time.perf_counter()
@@ -120,7 +137,10 @@ class OllamaAnswer:
     async def ndjson(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         try:
             async for item in self.items(events):
-                yield line(self.piece(item) if isinstance(item, str) else self.piece("", item))
+                if isinstance(item, Thinking):
+                    yield line(self.piece("", thinking=item))
+                else:
+                    yield line(self.piece(item) if isinstance(item, str) else self.piece("", item))
             yield line(self.final())
         except JugglerError as exc:
             yield line({"error": exc.message})
@@ -129,10 +149,13 @@ class OllamaAnswer:
         self, events: AsyncIterator[dict[str, Any]], request: Request
     ) -> dict[str, Any]:
         parts: list[str] = []
+        thoughts: list[str] = []
         calls: list[dict[str, Any]] = []
         checked = time.monotonic()
         async for item in self.items(events):
-            if isinstance(item, str):
+            if isinstance(item, Thinking):
+                thoughts.append(item)
+            elif isinstance(item, str):
                 parts.append(item)
             else:
                 calls += item
@@ -140,4 +163,4 @@ class OllamaAnswer:
                 checked = time.monotonic()
                 if await request.is_disconnected():
                     break  # closing the stream cancels the generation in the backend
-        return self.final("".join(parts), calls)
+        return self.final("".join(parts), calls, "".join(thoughts))

@@ -91,12 +91,14 @@ def _arguments_text(arguments: dict[str, Any] | str) -> str:
 
 
 def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Ollama messages as OpenAI chat messages, one for one (images and thinking are
-    the caller's to refuse)."""
+    """Ollama messages as OpenAI chat messages, one for one (images are the caller's to
+    refuse); an assistant's `thinking` is its `reasoning_content`."""
     pending: list[tuple[str, str]] = []  # (call id, name) not yet answered, in order
     out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
         msg: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+        if m.thinking and m.role == "assistant":
+            msg["reasoning_content"] = m.thinking
         calls = m.tool_calls or []
         if calls:
             msg["tool_calls"] = []

@@ -37,7 +37,7 @@ from juggler.registry.checkpoint import (
 )
 from juggler.registry.gguf_meta import GgufError, labels_of, read_info
 from juggler.router.core.bodies import parse
-from juggler.router.core.catalog_view import FileFacts, file_facts
+from juggler.router.core.catalog_view import FileFacts, file_facts, listed_labels
 from juggler.router.core.deps import RouterState, state_of
 from juggler.router.core.modelfiles import book_of, set_adapter
 from juggler.router.core.openapi import body_of
@@ -126,12 +126,14 @@ async def ps(request: Request) -> dict[str, Any]:
     return {"models": models}
 
 
-def capabilities(kind: ModelType) -> list[str]:
+def capabilities(kind: ModelType, labels: tuple[str, ...] = ()) -> list[str]:
     """Ollama's capability list: every chat model calls tools (Juggler's generic tool
-    format works with any chat template); no vision, thinking or insert (suffix)."""
+    format works with any chat template), a reasoning one thinks; no vision or insert."""
     if kind is ModelType.EMBEDDING:
         return ["embedding"]
-    return ["completion", "tools"] if kind is ModelType.LLM else ["completion"]
+    if kind is not ModelType.LLM:
+        return ["completion"]
+    return ["completion", "tools", *(["thinking"] if "reasoning" in labels else [])]
 
 
 def shown_facts(info: ModelInfo) -> FileFacts:
@@ -173,7 +175,7 @@ async def show(request: Request) -> dict[str, Any]:
         **shown_modelfile(state, info, str(meta.get("tokenizer.chat_template", ""))),
         "details": details(info, facts),
         "model_info": model_info,
-        "capabilities": capabilities(info.type),
+        "capabilities": capabilities(info.type, tuple(listed_labels(info, facts))),
         "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
 

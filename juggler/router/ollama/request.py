@@ -12,7 +12,8 @@ What maps where (ollama/ollama docs/api.md):
 - embeddings: `truncate` and `dimensions` as Ollama defines them (`embed_rules`);
 - `template` (a Go template, as a Modelfile's TEMPLATE) is rendered by the route
   (`applied.templated`);
-- what Juggler cannot honour (images, think, suffix, context, logprobs) is a 400
+- `think` and earlier turns' `thinking` are the OpenAI body's thinking fields (`thinking`);
+- what Juggler cannot honour (images, suffix, context, logprobs) is a 400
   naming it, never ignored.
 """
 
@@ -23,8 +24,8 @@ from typing import Any
 from juggler.errors import BadRequest, NotImplementedParam
 from juggler.router.ollama.messages import format_fields, openai_messages
 from juggler.router.ollama.options import OllamaRequestOptions
+from juggler.router.ollama.thinking import think_fields
 from juggler.router.ollama.wire import (
-    NO_THINKING,
     NO_VISION,
     ChatBody,
     EmbedBody,
@@ -43,7 +44,6 @@ def request_options(
 
 
 def _refuse_generation_extras(body: ChatBody | GenerateBody) -> None:
-    refuse_set({"think": body.think}, NO_THINKING)
     refuse_set(
         {"logprobs": body.logprobs, "top_logprobs": body.top_logprobs},
         "not built on Ollama's routes (chat completions under /v1 have logprobs)",
@@ -60,7 +60,11 @@ def chat_request(body: ChatBody) -> dict[str, Any]:
         )
     for i, m in enumerate(body.messages or []):
         refuse_set({f"messages[{i}].images": m.images}, NO_VISION)
-        refuse_set({f"messages[{i}].thinking": m.thinking}, NO_THINKING)
+        if m.thinking and m.role != "assistant":
+            raise BadRequest(
+                f"messages[{i}].thinking: only assistant messages think",
+                param=f"messages[{i}].thinking",
+            )
         if m.role != "tool" and (m.tool_name or m.tool_call_id):
             field = "tool_name" if m.tool_name else "tool_call_id"
             raise BadRequest(
@@ -72,7 +76,10 @@ def chat_request(body: ChatBody) -> dict[str, Any]:
                 f"messages[{i}].tool_calls: only assistant messages call tools",
                 param=f"messages[{i}].tool_calls",
             )
-    out: dict[str, Any] = {"messages": openai_messages(body.messages or [])}
+    out: dict[str, Any] = {
+        "messages": openai_messages(body.messages or []),
+        **think_fields(body.think),
+    }
     if body.tools:
         out["tools"] = [t.model_dump(exclude_none=True) for t in body.tools]
     return {**out, **format_fields(body.format, raw=False)}
@@ -96,6 +103,7 @@ def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
             raise BadRequest("system cannot be used with raw", param="system")
         if body.template:
             raise BadRequest("template cannot be used with raw", param="template")
+        think_fields(body.think, raw=True)
         return "/v1/completions", {
             "prompt": body.prompt or "",
             **format_fields(body.format, raw=True),
@@ -104,6 +112,7 @@ def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
     messages.append({"role": "user", "content": body.prompt or ""})
     return "/v1/chat/completions", {
         "messages": messages,
+        **think_fields(body.think),
         **format_fields(body.format, raw=False),
     }
 
