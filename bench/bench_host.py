@@ -1,7 +1,8 @@
 """Issue 47: throughput where the server, not the model, is the limit.
 
     .venv/bin/python bench/bench_host.py [--rounds 3] [--levels 1,8,32,64] [--new 64]
-        [--modes plain,sse] [--direct] [--model tiny|smol] [--profile DIR]
+        [--modes plain,sse] [--direct] [--model tiny|smol] [--model-path GGUF]
+        [--profile DIR]
 
 A tiny random-weight llama (2 layers, 64 wide, F32, SmolLM2's tokenizer and template,
 `random_gguf.tiny_host_bound`) decodes 64 rows in about a millisecond on 2 cores, so
@@ -128,7 +129,10 @@ def start_router(
         r = c.post("/api/v1/pull", json=pull)
         assert r.status_code == 200, r.text
         args = f"--parallel {parallel} {extra}".strip()
-        load = {"model_name": NAME, "ctx_size": ctx, "llamacpp_args": args}
+        # llama-server's `-c ctx -np N -kvu`: ctx cells shared by the sequences, each of
+        # which holds a short prompt and its answer (issue 48: ctx_size and kv_cells).
+        load = {"model_name": NAME, "ctx_size": min(ctx, 2048), "kv_cells": ctx}
+        load["llamacpp_args"] = args
         r = c.post("/api/v1/load", json=load)
         assert r.status_code == 200, r.text
         health = c.get("/api/v1/health").json()
@@ -315,6 +319,7 @@ def main() -> None:
         help="also Juggler from another checkout (e.g. a git worktree of an older commit)",
     )
     ap.add_argument("--model", choices=["tiny", "smol"], default="tiny")
+    ap.add_argument("--model-path", type=Path, default=None, help="this GGUF instead")
     ap.add_argument("--target", type=int, default=4096, help="tokens a burst, at least")
     ap.add_argument("--parallel", type=int, default=PARALLEL)
     ap.add_argument("--profile", type=Path, default=None, help="py-spy profiles into DIR")
@@ -324,7 +329,7 @@ def main() -> None:
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     modes = [m for m in args.modes.split(",") if m]
-    model = tiny_host_bound() if args.model == "tiny" else smol_path()
+    model = args.model_path or (tiny_host_bound() if args.model == "tiny" else smol_path())
     print(f"model: {model} ({model.stat().st_size / 1e6:.0f} MB)")
 
     systems: list[System] = []

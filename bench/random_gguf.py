@@ -1,6 +1,11 @@
 """A ~1B-parameter llama GGUF with random Q8_0 weights, for timing only (issue 21).
 
-    .venv/bin/python bench/random_gguf.py [--out PATH] [--layers 16]
+    .venv/bin/python bench/random_gguf.py [--out PATH] [--layers 16] [--tiny]
+        [--tokenizer GGUF] [--tokenizer-only OUT]
+
+`--tokenizer` takes the vocabulary from another GGUF (scripts/gpu-check.sh carries
+SmolLM2's as a tensor-less GGUF written with `--tokenizer-only`, to machines without the
+packaged model); `--tiny` writes issue 47's host-bound model instead of the 1B one.
 
 Decoding a model of realistic size is memory-bound, unlike the 135M/270M packaged models,
 so contention behaves differently. Random weights produce gibberish at the real speed.
@@ -48,9 +53,11 @@ def build(
     n_head_kv: int = 8,
     quantized: bool = True,
     n_ctx_train: int = 4096,
+    tokenizer: Path | None = None,
 ) -> Path:
-    """Write a llama GGUF of random weights (Q8_0, or F32 with `quantized=False`)."""
-    src = gguf.GGUFReader(str(smol_path()))
+    """Write a llama GGUF of random weights (Q8_0, or F32 with `quantized=False`), with
+    the vocabulary of `tokenizer` (a GGUF; SmolLM2's packaged one when None)."""
+    src = gguf.GGUFReader(str(tokenizer or smol_path()))
     tokens = _field(src, "tokenizer.ggml.tokens")
     n_vocab = len(tokens)
     w = gguf.GGUFWriter(str(out), "llama")
@@ -133,11 +140,55 @@ def tiny_host_bound() -> Path:
     return out
 
 
+TOKENIZER_KEYS = (
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.chat_template",
+)
+
+
+def write_tokenizer(out: Path, source: Path | None = None) -> Path:
+    """A GGUF with only `source`'s tokenizer and chat template (no tensors: about 2 MB
+    for SmolLM2's), for `build(tokenizer=...)` where the packaged model is not."""
+    src = gguf.GGUFReader(str(source or smol_path()))
+    w = gguf.GGUFWriter(str(out), "llama")
+    w.add_tokenizer_model(_field(src, "tokenizer.ggml.model"))
+    w.add_tokenizer_pre(_field(src, "tokenizer.ggml.pre"))
+    w.add_token_list(_field(src, "tokenizer.ggml.tokens"))
+    w.add_token_types(_field(src, "tokenizer.ggml.token_type"))
+    w.add_token_merges(_field(src, "tokenizer.ggml.merges"))
+    w.add_bos_token_id(int(_field(src, "tokenizer.ggml.bos_token_id")))
+    w.add_eos_token_id(int(_field(src, "tokenizer.ggml.eos_token_id")))
+    w.add_chat_template(_field(src, "tokenizer.chat_template"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=None, help="write here (not the cache)")
+    ap.add_argument("--tiny", action="store_true", help="issue 47's host-bound model")
+    ap.add_argument("--tokenizer", type=Path, default=None, help="vocabulary from this GGUF")
+    ap.add_argument("--tokenizer-only", type=Path, default=None, help="write a tokenizer GGUF")
     args = ap.parse_args()
-    print(random_1b(args.layers))
+    if args.tokenizer_only is not None:
+        print(write_tokenizer(args.tokenizer_only, args.tokenizer))
+    elif args.out is not None and args.tiny:
+        print(build(args.out, 2, 64, 256, n_head=4, n_head_kv=4, quantized=False,
+                    n_ctx_train=32768, tokenizer=args.tokenizer))  # fmt: skip
+    elif args.out is not None:
+        print(build(args.out, args.layers, tokenizer=args.tokenizer))
+    else:
+        print(random_1b(args.layers))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from juggler import options as opt
+from juggler.accel.detect import default_backend
 from juggler.engine_args import check_kv_cache, layered_llamacpp_args, parse_llamacpp_args
 from juggler.errors import JugglerError
 from juggler.kv_cache import KvCacheType
@@ -84,6 +85,11 @@ class Settings(BaseModel):
     admin_api_key: str | None = None
     #: Request bodies larger than this get 413.
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    #: Issue 51: whether images given by http(s) URL are fetched (off: only data URLs),
+    #: the most bytes one may have, and how long its fetch may take.
+    image_url_fetch: bool = False
+    image_url_max_bytes: int = Field(20 * 1024 * 1024, ge=1024, le=1 << 30)
+    image_url_timeout_s: float = Field(10.0, gt=0, le=600)
     #: A file upload (Ollama's blobs) larger than this gets 413.
     max_upload_bytes: int = Field(64 * 1024**3, ge=1024)
     #: Whether the `command` recipe (a model served by a command line) may run at all.
@@ -129,7 +135,13 @@ class Settings(BaseModel):
     log_level: str = "info"
     #: Per-model defaults (a /load body overrides them; seed 000's priority order).
     ctx_size: opt.CtxSize = opt.MODEL_CTX_SIZE
-    llamacpp_backend: opt.LlamacppBackend = opt.LLAMACPP_BACKEND
+    kv_cells: int = opt.KV_CELLS
+    #: The default follows what `make install` built for this machine (`accel.detect`).
+    llamacpp_backend: opt.LlamacppBackend = Field(
+        default_factory=default_backend,  # type: ignore[arg-type]
+        description=opt.LLAMACPP_BACKEND.description,
+    )
+    n_gpu_layers: int = opt.N_GPU_LAYERS
     llamacpp_args: str = opt.LLAMACPP_ARGS
     merge_args: bool = opt.MERGE_ARGS
     cache_type_k: KvCacheType = opt.CACHE_TYPE_K

@@ -19,7 +19,8 @@ from juggler.options import EngineFlags, flag_of
 #: Flags a client may not pass in `llamacpp_args`: they have their own load option.
 OWNED_FLAGS: dict[str, str] = {
     "ctx_size": "ctx_size",
-    "n_gpu_layers": "llamacpp_backend",
+    "kv_cells": "kv_cells",
+    "n_gpu_layers": "n_gpu_layers",
     "cache_type_k": "cache_type_k",
     "cache_type_v": "cache_type_v",
 }

@@ -55,9 +55,12 @@ CTX_SIZE = Field(
     4096,
     ge=MIN_CTX,
     le=MAX_CTX,
-    description="Context size: tokens one sequence may hold, and KV cells per engine worker.",
+    description="Context size: tokens one sequence may hold (at most the model's trained "
+    "context); also a worker's KV cells unless kv_cells says more.",
     json_schema_extra=_unit("tokens"),
 )
+#: Most KV cells of one engine worker (memory limits it long before).
+MAX_KV_CELLS = 1 << 22
 
 
 def _ctx_size(value: int) -> int:
@@ -73,13 +76,34 @@ def _ctx_size(value: int) -> int:
 CtxSize = Annotated[int, AfterValidator(_ctx_size)]
 MODEL_CTX_SIZE: Any = Field(
     4096,
-    description="Context size: tokens one sequence may hold, and KV cells per engine worker; "
-    "-1 sizes it at load (the model's trained context, as far as memory allows).",
+    description="Context size: tokens one sequence may hold (at most the model's trained "
+    "context), and a worker's KV cells unless kv_cells says more; -1 sizes it at load (the "
+    "model's trained context, as far as memory allows).",
     json_schema_extra={"unit": "tokens", "minimum": AUTO_CTX, "maximum": MAX_CTX},
 )
 LLAMACPP_BACKEND: Any = Field(
     "cpu",
-    description="llama.cpp backend: cpu runs on the CPU, anything else offloads every layer.",
+    description="llama.cpp backend: cpu runs on the CPU; cuda, rocm, vulkan or metal offload "
+    "layers to the GPU (n_gpu_layers) where the llama.cpp library was built for it. The "
+    "default follows what `make install` built for this machine.",
+)
+KV_CELLS: Any = Field(
+    0,
+    ge=0,
+    le=MAX_KV_CELLS,
+    description="KV cells of one engine worker, shared by its sequences (llama-server's -c "
+    "with -kvu): with parallel 64, kv_cells 16384 gives 64 streams 256 cells each on average "
+    "while one may still hold ctx_size tokens; at least ctx_size; 0: as ctx_size.",
+    json_schema_extra=_unit("cells"),
+)
+N_GPU_LAYERS: Any = Field(
+    -1,
+    ge=-1,
+    le=100000,
+    description="Layers offloaded to the GPU (llama-server's -ngl, Ollama's num_gpu): -1 "
+    "automatic (as many as fit in the free VRAM with their KV cache), 0 none; a GPU "
+    "llamacpp_backend only.",
+    json_schema_extra=_unit("layers"),
 )
 LLAMACPP_ARGS = Field(
     "",
@@ -145,8 +169,9 @@ THREADS = Field(
 )
 
 
-#: `ModelOptions.launch_key`: ctx_size, llamacpp_backend, llamacpp_args, cache types.
-LaunchKey = tuple[int, str, str, str, str]
+#: `ModelOptions.launch_key`: ctx_size, llamacpp_backend, llamacpp_args, kv_cells,
+#: n_gpu_layers, cache types.
+LaunchKey = tuple[int, str, str, int, int, str, str]
 
 
 class ModelOptions(BaseModel):
@@ -155,7 +180,9 @@ class ModelOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     ctx_size: CtxSize = MODEL_CTX_SIZE
+    kv_cells: int = KV_CELLS
     llamacpp_backend: LlamacppBackend = LLAMACPP_BACKEND
+    n_gpu_layers: int = N_GPU_LAYERS
     llamacpp_args: str = LLAMACPP_ARGS
     merge_args: bool = MERGE_ARGS
     cache_type_k: KvCacheType = CACHE_TYPE_K
@@ -173,6 +200,8 @@ class ModelOptions(BaseModel):
             self.ctx_size,
             self.llamacpp_backend,
             self.llamacpp_args,
+            self.kv_cells,
+            self.n_gpu_layers,
             self.cache_type_k,
             self.cache_type_v,
         )
@@ -285,6 +314,13 @@ class EngineFlags(BaseModel):
         "as many as --threads, or the compute plan, give).",
         json_schema_extra=_unit("threads"),
     )
+    kv_cells: int = Field(
+        0,
+        ge=0,
+        le=MAX_KV_CELLS,
+        description="KV cells of each worker's context, shared by its sequences (0: ctx-size).",
+        json_schema_extra=_unit("cells"),
+    )
     n_gpu_layers: int = Field(
         0, ge=0, le=100000, description="Layers offloaded to the GPU (0: CPU only)."
     )
@@ -374,6 +410,12 @@ class EngineFlags(BaseModel):
         description="Parked sessions' KV a worker keeps in host memory; past it, on disk.",
         json_schema_extra=_unit("MiB"),
     )
+    image_encode: Literal["background", "inline"] = Field(
+        "background",
+        description="Where a vision model's projector encodes an image while other streams "
+        "decode: on a thread of its own beside the worker (background), or in the worker's "
+        "tick, the other streams waiting (inline).",
+    )
 
     reasoning_format: Literal["auto", "deepseek", "none"] = Field(
         "auto",
@@ -393,6 +435,11 @@ class EngineFlags(BaseModel):
         description="llama-server's: a GBNF grammar for the whole output of every request "
         "that gives no grammar, schema, response format or tools of its own.",
     )
+
+    @property
+    def n_cells(self) -> int:
+        """KV cells of one worker's context: `kv_cells`, or `ctx_size` when 0."""
+        return self.kv_cells or self.ctx_size
 
     def to_argv(self) -> list[str]:
         """`--flag value` pairs for every field that is set (None fields are left out)."""

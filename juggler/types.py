@@ -90,6 +90,9 @@ class ModelInfo:
     command: str | None = None
     health_path: str = "/health"
     device: str | None = None
+    #: The vision projector (mmproj GGUF) loaded with the model: a path, or a file name
+    #: beside the model's file (issue 51). None: an `mmproj*.gguf` beside it, if any.
+    mmproj: str | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property

@@ -36,7 +36,8 @@ def test_settings_and_load_overrides_share_bounds_and_defaults() -> None:
         ("--workers -1", "--workers: Input should be greater than or equal to 0"),
         ("--flash-attn maybe", "--flash-attn"),
         ("--ctx-size 512", "set with the ctx_size option"),
-        ("--n-gpu-layers 3", "set with the llamacpp_backend option"),
+        ("--n-gpu-layers 3", "set with the n_gpu_layers option"),
+        ("--kv-cells 4096", "set with the kv_cells option"),
     ],
 )
 def test_bad_llamacpp_args_are_a_400_naming_the_flag(args: str, message: str) -> None:

@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from juggler.api import media
 from juggler.api.structured import ResponseFormat, Strict, Tool, ToolCall, ToolChoice
 from juggler.errors import BadRequest
 
@@ -121,8 +122,13 @@ class ChatMessage(_Body):
     @field_validator("content")
     @classmethod
     def _text_parts(cls, v: str | list[dict[str, Any]] | None) -> Any:
+        if isinstance(v, str) and media.IMAGE_SLOT in v:
+            raise ValueError("text holds a reserved sequence")
         for part in v if isinstance(v, list) else ():
             kind = part.get("type", "text")
+            if kind in media.IMAGE_PARTS:  # issue 51
+                media.check_image_part(part)
+                continue
             if (
                 kind != "text"
                 or not isinstance(part.get("text"), str)
@@ -132,7 +138,9 @@ class ChatMessage(_Body):
                     "text",
                 }
             ):
-                raise ValueError(f"only text content parts are supported, not {kind!r}")
+                raise ValueError(f"only text and image content parts are supported, not {kind!r}")
+            if media.IMAGE_SLOT in part["text"]:
+                raise ValueError("text holds a reserved sequence")
         return v
 
     @model_validator(mode="after")
@@ -150,7 +158,12 @@ class ChatMessage(_Body):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(str(part["text"]) for part in self.content)
+        return "".join(
+            str(part["text"])
+            if part.get("type", "text") == "text"
+            else media.slot(str(media.part_url(part)))
+            for part in self.content
+        )
 
     def as_template_input(self) -> dict[str, Any]:
         role = "system" if self.role == "developer" else self.role

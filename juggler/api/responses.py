@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from juggler.api.media import image_part, slot
 from juggler.api.openai import AdapterSpec, ChatMessage
 from juggler.api.response_options import (
     HOSTED_TOOL_TYPES,
@@ -68,10 +69,22 @@ class TextPart(Strict):
     logprobs: list[Any] | None = None
 
 
+class ImagePart(Strict):
+    """An image in the input (issue 51): a data URL, or an http(s) URL the router
+    fetches where the admin allows it (no stored files: no file_id)."""
+
+    type: Literal["input_image"]
+    image_url: StrictStr
+    detail: Literal["auto", "low", "high"] | None = None
+
+    def as_chat_part(self) -> dict[str, Any]:
+        return image_part(self.image_url)
+
+
 class MessageItem(Strict):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[TextPart]
+    content: str | list[TextPart | ImagePart]
     id: StrictStr | None = None
     status: StrictStr | None = None
     #: An earlier assistant message's phase, sent back as it came (no effect).
@@ -80,7 +93,18 @@ class MessageItem(Strict):
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.text for p in self.content)
+        return "".join(
+            p.text if isinstance(p, TextPart) else slot(p.image_url) for p in self.content
+        )
+
+    def chat_content(self) -> str | list[dict[str, Any]]:
+        """The content as a chat message's: text, or parts where it holds images."""
+        if isinstance(self.content, str) or all(isinstance(p, TextPart) for p in self.content):
+            return self.text()
+        return [
+            {"type": "text", "text": p.text} if isinstance(p, TextPart) else p.as_chat_part()
+            for p in self.content
+        ]
 
 
 class FunctionCallItem(Strict):
@@ -297,7 +321,7 @@ class ResponsesRequest(Strict):
         out: list[ChatMessage] = []
         for item in self.input:
             if isinstance(item, MessageItem):
-                out.append(ChatMessage(role=item.role, content=item.text()))
+                out.append(ChatMessage(role=item.role, content=item.chat_content()))
             elif isinstance(item, FunctionCallItem):
                 call = ToolCall(
                     id=item.call_id,

@@ -128,7 +128,16 @@ def _cores(compute: dict[str, Any] | None) -> str:
     cpus = compute.get("cpus") or []
     where = f" on {cpus[0]}-{cpus[-1]}" if len(cpus) > 1 else f" on {cpus[0]}" if cpus else ""
     tag = "" if compute.get("planned", True) else " (fixed)"
+    tag += " (GPU)" if compute.get("gpu") else ""
     return f"{compute.get('threads')}{where}{tag}"
+
+
+def _vram(vram: int | None, layers: dict[str, Any] | None) -> str:
+    """A model's GPU memory and the layers it offloaded ("1582 (17/17 layers)")."""
+    if not vram:
+        return ""
+    done, of = (layers or {}).get("layers"), (layers or {}).get("of")
+    return f"{vram / 1e6:.0f}" + (f" ({done}/{of} layers)" if of else "")
 
 
 def loaded_table(health: dict[str, Any]) -> Table:
@@ -141,6 +150,7 @@ def loaded_table(health: dict[str, Any]) -> Table:
         "streaming",
         "ctx",
         "memory (MB)",
+        "VRAM (MB)",
         "cores",
         "last use",
         title=f"max models per type: {health.get('max_models')}",
@@ -148,6 +158,7 @@ def loaded_table(health: dict[str, Any]) -> Table:
     for m in health.get("all_models_loaded", []):
         last = dt.datetime.fromtimestamp(float(m.get("last_use") or 0)).strftime("%H:%M:%S")
         rss = (m.get("memory") or {}).get("rss_bytes")
+        vram = (m.get("memory") or {}).get("vram_bytes")
         table.add_row(
             m["model_name"],
             m.get("type", ""),
@@ -157,6 +168,7 @@ def loaded_table(health: dict[str, Any]) -> Table:
             "yes" if m.get("is_streaming") else "",
             str((m.get("recipe_options") or {}).get("ctx_size", "")),
             f"{rss / 1e6:.0f}" if rss else "",
+            _vram(vram, m.get("gpu_layers")),
             _cores(m.get("compute")),
             last,
         )

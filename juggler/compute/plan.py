@@ -17,7 +17,14 @@ cores:
 - a backend whose `threads` was set explicitly is outside the division: it keeps its
   thread count, and while it is busy the others divide the cores it leaves (at least one).
   Its threads are not pinned; the kernel moves them to the cores the others leave free.
-- an idle backend beside busy ones gets one thread (what it does then is upkeep).
+- an idle backend beside busy ones gets one thread (what it does then is upkeep);
+- a backend with every layer on the GPU (issue 48: "a fully offloaded model gets the few
+  CPU threads it needs, a partially offloaded one is divided like a CPU model") gets
+  `OFFLOADED_THREADS` llama.cpp threads (one per busy worker at least: its decodes run on
+  the GPU, the CPU only launches them); while busy it reserves one core of its own from
+  the end of the pool (its worker threads and the host side of its tokens run there), and
+  the CPU models divide the rest. Several fully offloaded models on one GPU each reserve
+  a core while busy (never the last one of the pool; past that they share it).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ class Consumer:
     weight: float = 1.0
     #: Threads given explicitly (a model's `--threads`); 0: the plan decides.
     fixed_threads: int = 0
+    #: Every layer is on the GPU (the CPU only launches its decodes).
+    offloaded: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,8 @@ class Share:
     busy: bool = False
     #: True when the backend is outside the division (explicit threads, or plan off).
     fixed: bool = False
+    #: A fully offloaded backend's share (the few threads it needs).
+    gpu: bool = False
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -55,7 +66,13 @@ class Share:
             "cpus": list(self.cpus),
             "busy": self.busy,
             "planned": not self.fixed,
+            "gpu": self.gpu,
         }
+
+
+#: llama.cpp threads a fully offloaded backend gets (split among its busy workers, one
+#: each at least: `split_threads`).
+OFFLOADED_THREADS = 1
 
 
 def divide(total: int, weights: Sequence[float]) -> list[int]:
@@ -89,11 +106,21 @@ def plan_shares(
             shares[c.key] = Share(c.fixed_threads or len(every), every, c.busy, fixed=True)
         return shares
     fixed = [c for c in people if c.fixed_threads > 0]
-    planned = [c for c in people if c.fixed_threads <= 0]
+    gpu = [c for c in people if c.fixed_threads <= 0 and c.offloaded]
+    planned = [c for c in people if c.fixed_threads <= 0 and not c.offloaded]
     for c in fixed:
         shares[c.key] = Share(c.fixed_threads, every, c.busy, fixed=True)
     reserved = min(sum(c.fixed_threads for c in fixed if c.busy), len(every) - 1)
     pool = every[: len(every) - reserved]
+    busy_gpu = [c for c in gpu if c.busy]
+    own = min(len(busy_gpu), len(pool) - 1)
+    for i, c in enumerate(busy_gpu):
+        core = pool[len(pool) - 1 - min(i, max(own - 1, 0))] if own else pool[-1]
+        shares[c.key] = Share(OFFLOADED_THREADS, (core,), True, gpu=True)
+    for c in gpu:
+        if not c.busy:
+            shares[c.key] = Share(OFFLOADED_THREADS, pool, gpu=True)
+    pool = pool[: len(pool) - own]
     busy = [c for c in planned if c.busy]
     if len(busy) > len(pool):
         for c in busy:

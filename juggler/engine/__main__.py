@@ -28,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model-path", required=True)
     p.add_argument("--model-name", required=True)
+    p.add_argument("--mmproj", default=None, help="a vision projector GGUF for the model")
+    p.add_argument(
+        "--mmproj-optional",
+        action="store_true",
+        help="load the model without the projector when llama.cpp refuses it",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--type", choices=["llm", "embedding", "reranking"], default="llm")
@@ -89,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         model_name=args.model_name,
         type=ModelType(args.type),
         flags=flags,
+        mmproj=args.mmproj,
+        mmproj_optional=args.mmproj_optional,
     )
     try:
         model = Model(

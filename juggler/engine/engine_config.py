@@ -25,6 +25,10 @@ class EngineConfig:
     model_name: str
     type: ModelType = ModelType.LLM
     flags: EngineFlags = field(default_factory=lambda: EngineFlags.model_validate({}))
+    #: The vision projector (mmproj GGUF) loaded with the model, if any (issue 51).
+    mmproj: str | None = None
+    #: Found beside the model, not named: the model loads without it if it fails.
+    mmproj_optional: bool = False
 
     @functools.cached_property
     def num_workers(self) -> int:
@@ -61,7 +65,8 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
     f = config.flags
     batch = max(f.batch_size, f.parallel)
     return WorkerConfig(
-        n_ctx=f.ctx_size,
+        n_ctx=f.n_cells,
+        max_seq_tokens=f.ctx_size,
         n_batch=batch,
         n_seq_max=f.parallel,
         n_threads=config.n_threads,
@@ -76,6 +81,7 @@ def worker_config(config: EngineConfig) -> WorkerConfig:
         max_active_adapters=f.max_active_adapters,
         speculative=f.speculative == "on",
         spec_draft_max=f.spec_draft_max,
+        image_encode=f.image_encode,
     )
 
 

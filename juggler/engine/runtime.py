@@ -23,6 +23,7 @@ from juggler.engine.llama.chat import CHATML, ChatTemplate
 from juggler.engine.llama.native import Model, supports_gpu_offload
 from juggler.engine.llama.ports import LlamaModel
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.media_images import load_projector
 from juggler.engine.schedule.master import Master
 from juggler.engine.schedule.messages import (
     Abandon,
@@ -78,7 +79,10 @@ class Engine:
             )
         else:  # never rendered: embedding and reranking models do not chat
             self.template = ChatTemplate(CHATML, bos_token=bos, eos_token=eos, origin="none")
-        self.device = "gpu" if flags.n_gpu_layers > 0 and supports_gpu_offload() else "cpu"
+        #: The vision projector, loaded with the model (issue 51); the workers find it on
+        #: the model.
+        on_gpu = flags.n_gpu_layers > 0 and supports_gpu_offload()
+        self.projector = load_projector(config, self.model, on_gpu=on_gpu)
         self.workers: list[Worker | EmbedWorker] = []
         #: Each worker's thread count, as the router's compute plan divides the cores.
         self.governor = governor or governor_from(flags.threads, reader_from_env())

@@ -20,10 +20,11 @@ from juggler.manager import messages as m
 from juggler.manager import tasks
 from juggler.manager.lease import Lease
 from juggler.manager.load_queue import LoadJob, LoadQueue
-from juggler.manager.policy import Decision, Verdict, decide
+from juggler.manager.policy import Decision, Verdict, VramState, decide
 from juggler.manager.snapshot import MemState, ServerState
 from juggler.manager.spawner import Spawner
 from juggler.manager.table import ServerTable
+from juggler.manager.vram import VramReader
 from juggler.manager.wrapped import WrappedServer
 from juggler.types import MODEL_TYPE_ORDER
 
@@ -52,8 +53,11 @@ class Actions:
         load_timeout_s: float,
         post: Callable[[m.Message], None],
         env_for: Callable[[WrappedServer], Mapping[str, str]] = lambda server: {},
+        vram: VramReader | None = None,
     ) -> None:
         self.table = table
+        #: The GPU's free memory and each backend's share (None: no GPU).
+        self.vram = vram
         #: The environment a new backend gets (its compute board).
         self.env_for = env_for
         self.loads = loads
@@ -96,11 +100,14 @@ class Actions:
         here, when it leaves the queue (seed 000)."""
         by_type = dict(zip(MODEL_TYPE_ORDER, limits, strict=True))
         while (job := self.loads.head()) is not None:
+            request = job.request()
+            state, per_pid = self._vram(request.vram_bytes)
             decision = decide(
-                job.request(),
-                self.table.views(),
+                request,
+                self.table.views(per_pid=per_pid),
                 by_type,
-                self.table.views(ServerState.EVICTING),
+                self.table.views(ServerState.EVICTING, per_pid),
+                state,
             )
             if job.is_restart and decision.victims:
                 # A restart never evicts: its slot was taken meanwhile, the newer choice wins.
@@ -118,6 +125,17 @@ class Actions:
                 self._noop(job)
             else:
                 self._start_load(job, decision)
+
+    def _vram(self, need: int) -> tuple[VramState | None, dict[int, int]]:
+        """The GPU's free memory and VRAM per pid, read now for a load that needs the
+        GPU (an NVML call or two: a few milliseconds in this task, once per GPU load
+        leaving the queue); (None, {}) for any other load or without a GPU."""
+        if need <= 0 or self.vram is None or not self.vram.has_gpu:
+            return None, {}
+        sample, per_pid = self.vram.read()
+        if sample is None:
+            return None, per_pid
+        return VramState(max(0, sample.total_bytes - sample.used_bytes)), per_pid
 
     def fail(self, job: LoadJob, error: BaseException) -> None:
         for future in job.acquirers:

@@ -29,6 +29,8 @@ INHERITED = frozenset(
         "TMP",
         "VIRTUAL_ENV",
         "LD_LIBRARY_PATH",
+        # llama-cpp-python loads libllama from this folder (a GPU build, issue 48).
+        "LLAMA_CPP_LIB_PATH",
         "XDG_CACHE_HOME",
         "XDG_RUNTIME_DIR",
         "HF_HOME",

@@ -108,7 +108,11 @@ class ComputePlanner:
                 end = since + self.linger_s
                 next_wake = end if next_wake is None else min(next_wake, end)
             weight = s.options.compute_weight
-            consumers.append(Consumer(key, busy, weight, fixed_threads=s.plan.threads))
+            consumers.append(
+                Consumer(
+                    key, busy, weight, fixed_threads=s.plan.threads, offloaded=s.is_fully_offloaded
+                )
+            )
         shares = plan_shares(consumers, self.cpus, enabled=self.enabled)
         alive = {s.server_id for s in planned}
         for key in list(self._shares):

@@ -20,7 +20,7 @@ from collections import Counter
 from juggler.manager import messages as m
 from juggler.manager import tasks
 from juggler.manager.actions import Actions, settle
-from juggler.manager.memory import MemorySample
+from juggler.manager.memory import MemorySample, kind_of
 from juggler.manager.monitor import Monitor
 from juggler.manager.pressure import Action, Step, idle_actions, relief_step
 from juggler.manager.snapshot import MemoryStatus, MemState, ServerState
@@ -99,16 +99,17 @@ class EvictionEngine:
         self._timer = self._timer_at = None
 
     # -- messages --------------------------------------------------------------------
-    def on_sample(self, sample: MemorySample) -> None:
-        """The monitor measured: one relief step if under pressure and no step runs."""
+    def on_sample(self, sample: MemorySample, memory: str = "host") -> None:
+        """The monitor measured (`memory`: "gpu" or "host"): one relief step if under
+        pressure and no step runs."""
         if self._downsizing:
             return  # measure again after that step
-        action = relief_step(
-            self.table.memory_views(self.auto_evict), sample, self.threshold, self.table.clock()
-        )
+        views = self.table.memory_views(self.auto_evict)
+        action = relief_step(views, sample, self.threshold, self.table.clock(), memory)
         if action is not None:
             log.warning(
-                "manager: memory at %.0f%% (threshold %.0f%%): %s %s",
+                "manager: %s memory at %.0f%% (threshold %.0f%%): %s %s",
+                memory,
                 sample.fraction * 100,
                 self.threshold * 100,
                 action.step.value,
@@ -189,6 +190,7 @@ class EvictionEngine:
     def status(self) -> MemoryStatus:
         last = self.monitor.last
         source = self.monitor.source
+        by_name = self.monitor.last_by_name
         return MemoryStatus(
             auto_evict=self.auto_evict,
             threshold=self.threshold,
@@ -196,6 +198,7 @@ class EvictionEngine:
             is_monitoring=self.monitor.is_running,
             used_bytes=last.used_bytes if last else None,
             total_bytes=last.total_bytes if last else None,
+            sources=tuple((s.name, kind_of(s), by_name.get(s.name)) for s in self.monitor.sources),
         )
 
     async def close(self) -> None:

@@ -19,8 +19,10 @@ for the machine were accepted. Each rule is a 400 naming the value:
   evicted first; what fits after evicting others is the memory manager's business. The
   value named is `workers` when one worker would fit, else the largest part's own
   (`ctx_size` for the KV cache, `parallel` or `batch_size` for the buffers).
-  A GPU load's layers, KV cache and compute buffers go to the GPU; its output buffers
-  and process stay in host memory, and only those are checked here.
+  A GPU load's offloaded layers, their KV cells and the compute buffers go to the GPU
+  (`offload`, issue 48); what stays in host memory is what is checked here.
+- The context and the KV cells are apart (issue 48): `ctx_size` is what one sequence may
+  hold, `kv_cells` (`EngineFlags.n_cells`) the cells a worker's context allocates.
 
 Pure functions, except `host_memory_bytes` and `available_memory_bytes`, which read
 /proc and /sys.
@@ -33,6 +35,7 @@ from pathlib import Path
 from juggler.errors import BadRequest
 from juggler.kv_cache import fits_head
 from juggler.manager.footprint import Footprint, KvTypes, context_shape, footprint, head_sizes
+from juggler.manager.offload import Offload
 from juggler.options import EngineFlags
 from juggler.registry.gguf_meta import GgufInfo
 from juggler.types import ModelType
@@ -57,7 +60,7 @@ def estimate(info: GgufInfo, flags: EngineFlags, model_type: ModelType) -> Footp
     shape = context_shape(
         info,
         model_type,
-        ctx_size=flags.ctx_size,
+        ctx_size=flags.n_cells,
         parallel=flags.parallel,
         batch_size=flags.batch_size,
         flash_attn=flags.flash_attn,
@@ -99,11 +102,11 @@ def check_fit(
     model_type: ModelType,
     *,
     memory_bytes: int | None,
-    on_gpu: bool = False,
+    offload: Offload | None = None,
 ) -> None:
     """BadRequest when the load cannot work; see the module doc. `memory_bytes`: the
-    host memory the load can have (None: unknown, not checked); `on_gpu`: its layers
-    are offloaded, so only its host part counts."""
+    host memory the load can have (None: unknown, not checked); `offload`: where its
+    layers go (`offload.split` of this footprint), so only its host part counts."""
     check_kv_types(info, (flags.cache_type_k, flags.cache_type_v))
     trained = info.context_length
     if model_type is ModelType.LLM and trained is not None and flags.ctx_size > trained:
@@ -115,23 +118,24 @@ def check_fit(
     if memory_bytes is None:
         return
     fp = estimate(info, flags, model_type)
+    on_gpu = offload is not None and offload.is_offloaded
     need, one = (
-        (fp.process + fp.workers * fp.output_max, fp.process + fp.output_max)
-        if on_gpu
+        (offload.host_bytes, offload.host_bytes - (fp.workers - 1) * offload.host_per_worker)
+        if offload is not None and on_gpu
         else (fp.peak, fp.process + fp.weights + fp.per_worker)
     )
     if need <= memory_bytes:
         return
     param = "workers" if flags.workers > 1 and one <= memory_bytes else _largest(fp, flags)
     parts = (
-        f"output buffers {_mib(fp.output_max)} a worker, in host memory while the layers "
-        "are on the GPU"
-        if on_gpu
+        f"what stays in host memory while {offload.num_offloaded} of {offload.num_layers} "
+        f"layers are on the GPU: {_mib(offload.host_per_worker)} a worker"
+        if offload is not None and on_gpu
         else f"weights {_gib(fp.weights)}, and a worker's KV cache {_mib(fp.kv)}, "
         f"compute buffer {_mib(fp.compute)} and output buffers {_mib(fp.output_max)}"
     )
     raise BadRequest(
-        f"{param}: ctx_size {flags.ctx_size} with {flags.workers} worker(s) x "
+        f"{param}: ctx_size {flags.ctx_size} ({flags.n_cells} KV cells) with {flags.workers} worker(s) x "
         f"{flags.parallel} sequences cannot fit: llama.cpp needs about {_gib(need)} ({parts}), "
         f"and {_gib(memory_bytes)} is available to this load even after evicting every "
         "other model; use fewer workers, fewer sequences (parallel), a smaller ctx_size or a "
@@ -143,7 +147,7 @@ def check_fit(
 def _largest(fp: Footprint, flags: EngineFlags) -> str:
     """The setting behind the largest part of a worker's footprint."""
     if fp.kv >= max(fp.compute, fp.output_max):
-        return "ctx_size"
+        return "kv_cells" if flags.kv_cells else "ctx_size"
     return "parallel" if flags.parallel >= flags.batch_size else "batch_size"
 
 

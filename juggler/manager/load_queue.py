@@ -49,6 +49,7 @@ class LoadJob:
             plan.npu_backend,
             plan.launch_key() if self.is_explicit else None,
             self.evict_all,
+            plan.vram_bytes,
         )
 
 

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -28,10 +28,10 @@ from juggler.logbook import LogBook
 from juggler.manager import messages as m
 from juggler.manager.compute import LINGER_S, ComputePlanner
 from juggler.manager.lease import Lease
-from juggler.manager.memory import MemorySource, choose_source
+from juggler.manager.memory import MemorySource, SystemMemorySource, choose_device_source
 from juggler.manager.monitor import INTERVAL_S, Monitor
 from juggler.manager.owner import Owner
-from juggler.manager.planner import LoadPlanner
+from juggler.manager.planner import Backends, LoadPlanner, gpu_view
 from juggler.manager.policy import all_slots_pinned
 from juggler.manager.process import ProcessSpawner
 from juggler.manager.recipes import LaunchPlan, Resolver
@@ -40,6 +40,7 @@ from juggler.manager.spawner import Spawner
 from juggler.manager.stall_watch import INTERVAL_S as STALL_INTERVAL_S
 from juggler.manager.stall_watch import StallWatch
 from juggler.manager.table import ServerTable
+from juggler.manager.vram import VramReader
 from juggler.options import ModelOptions
 from juggler.types import MODEL_TYPE_ORDER, ModelInfo, ModelType
 
@@ -74,6 +75,8 @@ class Manager:
         spawner: Spawner | None = None,
         log_dir: Path | None = None,
         memory_source: MemorySource | None = None,
+        vram_source: MemorySource | Literal["auto"] | None = "auto",
+        gpu_backends: Backends | None = None,
         monitor_interval_s: float = INTERVAL_S,
         logbook: LogBook | None = None,
         saved_options: Callable[[str], Mapping[str, Any]] | None = None,
@@ -92,6 +95,7 @@ class Manager:
             registry,
             resolve,
             lambda: [s.pid for s in self.snapshot() if s.pid is not None],
+            lambda: gpu_view(self.vram, self.snapshot(), gpu_backends),
         )
         self._spawner: Spawner = spawner or ProcessSpawner(logbook)
         keys = getattr(self._spawner, "keys", None)
@@ -99,8 +103,14 @@ class Manager:
         self.backend_auth: httpx.Auth | None = (
             BackendAuth(keys) if isinstance(keys, BackendKeys) else None
         )
-        #: Where memory pressure is read (chosen at start unless given).
+        #: Where memory pressure is read: host memory (system memory unless given), and
+        #: the GPU's (issue 48; chosen at start: NVML or AMD sysfs, else none; a test that
+        #: gives its own host source gets no GPU source unless it gives one too).
         self.memory_source = memory_source
+        given_host = memory_source is not None
+        self._vram_source = None if given_host and vram_source == "auto" else vram_source
+        #: The GPU's memory and each backend's share (no source until `start`).
+        self.vram = VramReader(None)
         #: The cores the compute plan divides (default: this process's) and its linger.
         self._compute_cpus = compute_cpus
         self._compute_linger_s = compute_linger_s
@@ -127,9 +137,13 @@ class Manager:
         self._inbox = asyncio.Queue()  # bound to this loop
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="juggler-backends-"))
+        given = self._vram_source
+        vram = await asyncio.to_thread(choose_device_source) if given == "auto" else given
         if self.memory_source is None:
-            self.memory_source = await asyncio.to_thread(choose_source)
-        self._monitor = Monitor(self.memory_source, self._post, self._monitor_interval_s)
+            self.memory_source = await asyncio.to_thread(SystemMemorySource)
+        self.vram = VramReader(vram)
+        sources = [s for s in (vram, self.memory_source) if s is not None]
+        self._monitor = Monitor(sources[0], self._post, self._monitor_interval_s, sources[1:])
         owner = Owner(
             table=ServerTable(self._log_dir),
             spawner=self._spawner,
@@ -141,6 +155,7 @@ class Manager:
             monitor=self._monitor,
             auto_evict=self.settings.auto_evict,
             threshold=self.settings.auto_evict_threshold_pct,
+            vram=self.vram,
             compute=ComputePlanner(
                 enabled=self.settings.compute_plan,
                 cpus=self._compute_cpus,

@@ -2,11 +2,17 @@
 usage (NVIDIA via nvidia-smi, AMD via sysfs on Linux)"), plus system memory so that a
 machine without a GPU gets the same protection.
 
-`choose_source()` picks one at start: NVIDIA through NVML when a device answers, else AMD
-through sysfs (`mem_info_vram_used` / `mem_info_vram_total` of every card), else system
-memory (`MemTotal - MemAvailable` from /proc/meminfo). Each `sample()` blocks briefly
-(a few file reads or NVML calls): the monitor runs it in a thread. Every source takes
-its root or its NVML module as an argument, so tests point it at a tree they wrote.
+Two kinds of source behind one interface (`MemorySource`): the GPU's memory (`kind`
+"gpu": NVIDIA through NVML when a device answers, else AMD through sysfs,
+`mem_info_vram_used` / `mem_info_vram_total` of every card; `choose_device_source`) and
+host memory (`kind` "host": `MemTotal - MemAvailable` from /proc/meminfo). Issue 48:
+"seed 002's memory management watches VRAM the way it watches RAM": the monitor samples
+both, and the residency policy reads the GPU's free memory and each process's share of
+it (`process_bytes`, NVML's per-process figure, which nvidia-smi shows).
+`choose_source()` is the first of them that works (the one health names). Each
+`sample()` blocks briefly (a few file reads or NVML calls): callers run it in a thread.
+Every source takes its root or its NVML module as an argument, so tests point it at a
+tree they wrote.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from juggler.accel.nvidia import Nvml
 
 log = logging.getLogger("juggler.manager")
 
@@ -39,33 +47,39 @@ class MemorySource(Protocol):
         ...
 
 
+def kind_of(source: MemorySource) -> str:
+    """ "gpu" for a source of GPU memory, else "host" (a source that does not say)."""
+    return str(getattr(source, "kind", "host"))
+
+
+def process_bytes_of(source: MemorySource | None) -> dict[int, int]:
+    """GPU memory per process id, where the source can tell (NVML); else {}."""
+    read = getattr(source, "process_bytes", None)
+    return dict(read()) if read is not None else {}
+
+
 class NvmlSource:
     """NVIDIA GPUs through NVML (`nvidia-ml-py`'s `pynvml`), summed over devices."""
 
     name = "nvidia"
+    kind = "gpu"
 
     def __init__(self, nvml: Any) -> None:
-        self.nvml = nvml
-        nvml.nvmlInit()
-        self.handles = [
-            nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())
-        ]
-        if not self.handles:
-            raise RuntimeError("NVML found no device")
+        self.gpu = Nvml(nvml)
 
     def sample(self) -> MemorySample:
-        used = total = 0
-        for handle in self.handles:
-            info = self.nvml.nvmlDeviceGetMemoryInfo(handle)
-            used += int(info.used)
-            total += int(info.total)
-        return MemorySample(used, total)
+        gpus = self.gpu.gpus()
+        return MemorySample(sum(g.used_bytes for g in gpus), sum(g.total_bytes for g in gpus))
+
+    def process_bytes(self) -> dict[int, int]:
+        return self.gpu.process_bytes()
 
 
 class AmdSysfsSource:
     """AMD GPUs through the amdgpu driver's sysfs files, summed over cards."""
 
     name = "amd"
+    kind = "gpu"
 
     def __init__(self, drm_root: Path = Path("/sys/class/drm")) -> None:
         self.devices = sorted(
@@ -88,6 +102,7 @@ class SystemMemorySource:
     """Host memory: what is not available to new allocations counts as used."""
 
     name = "system"
+    kind = "host"
 
     def __init__(self, meminfo: Path = Path("/proc/meminfo")) -> None:
         self.meminfo = meminfo
@@ -109,13 +124,10 @@ def _import_nvml() -> Any:
     return pynvml
 
 
-def choose_source(
-    *,
-    nvml: Callable[[], Any] = _import_nvml,
-    drm_root: Path = Path("/sys/class/drm"),
-    meminfo: Path = Path("/proc/meminfo"),
-) -> MemorySource:
-    """The first source that works here: NVML, AMD sysfs, then system memory."""
+def choose_device_source(
+    *, nvml: Callable[[], Any] = _import_nvml, drm_root: Path = Path("/sys/class/drm")
+) -> MemorySource | None:
+    """The GPU memory source that works here: NVML, then AMD sysfs; None without a GPU."""
     try:
         return NvmlSource(nvml())
     except Exception as exc:  # no library, no driver or no device: try the next one
@@ -124,7 +136,18 @@ def choose_source(
         return AmdSysfsSource(drm_root)
     except RuntimeError as exc:
         log.debug("memory: no AMD source (%s)", exc)
-    return SystemMemorySource(meminfo)
+    return None
+
+
+def choose_source(
+    *,
+    nvml: Callable[[], Any] = _import_nvml,
+    drm_root: Path = Path("/sys/class/drm"),
+    meminfo: Path = Path("/proc/meminfo"),
+) -> MemorySource:
+    """The first source that works here: NVML, AMD sysfs, then system memory."""
+    device = choose_device_source(nvml=nvml, drm_root=drm_root)
+    return device if device is not None else SystemMemorySource(meminfo)
 
 
 def process_rss(pid: int) -> int | None:

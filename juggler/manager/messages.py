@@ -171,6 +171,8 @@ class Simulate:
 class MemorySampled:
     kind: ClassVar[MsgKind] = MsgKind.MEMORY_SAMPLED
     sample: MemorySample
+    #: "gpu" (the GPU's memory) or "host" (system memory): `memory.kind_of`.
+    memory: str = "host"
 
 
 @dataclass(eq=False)

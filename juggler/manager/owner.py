@@ -28,6 +28,7 @@ from juggler.manager.policy import retry_after_failure
 from juggler.manager.snapshot import ServerState, TableSnapshot
 from juggler.manager.spawner import Spawner
 from juggler.manager.table import ServerTable
+from juggler.manager.vram import VramReader
 from juggler.manager.watchdog import Watchdog
 from juggler.manager.wrapped import WrappedServer
 
@@ -49,6 +50,7 @@ class Owner:
         auto_evict: bool = False,
         threshold: float = 0.9,
         compute: ComputePlanner | None = None,
+        vram: VramReader | None = None,
     ) -> None:
         """`post` puts a message in `inbox` from any thread (leases may be released off
         the loop); `publish` receives the snapshot after every message."""
@@ -61,7 +63,13 @@ class Owner:
         #: The one owner of the machine's cores: shares for the busy backends.
         self.compute = compute or ComputePlanner(enabled=False)
         self.act = Actions(
-            table, self.loads, spawner, load_timeout_s, post, env_for=self.compute.env_for
+            table,
+            self.loads,
+            spawner,
+            load_timeout_s,
+            post,
+            env_for=self.compute.env_for,
+            vram=vram,
         )
         self.watchdog = Watchdog(post, table.counters)
         self.engine = EvictionEngine(
@@ -85,7 +93,7 @@ class Owner:
             m.MsgKind.RESTART_DUE: self.on_restart_due,
             m.MsgKind.SET_MEMORY: self.engine.on_set,
             m.MsgKind.SIMULATE: self.engine.on_simulate,
-            m.MsgKind.MEMORY_SAMPLED: lambda msg: self.engine.on_sample(msg.sample),
+            m.MsgKind.MEMORY_SAMPLED: lambda msg: self.engine.on_sample(msg.sample, msg.memory),
             m.MsgKind.DOWNSIZE_DONE: self.engine.on_downsize_done,
         }
 

@@ -3,9 +3,12 @@
 `LoadPlanner.prepare` turns a model's merged options into a `LaunchPlan`
 (`recipes.plan_launch`) in the host memory a load can have (issue 52): what is
 available now (`fit.available_memory_bytes`) plus what Juggler's own backends hold,
-which evicting them would free (their VmRSS). `check` runs the same checks for options
-that are only saved (the per-model options API), so that what is saved is what a load
-takes. Reads /proc and the checkpoint's header in a thread, never on the loop.
+which evicting them would free (their VmRSS); and with the GPUs it may use (issue 48,
+`gpu_view`): the backends the llama.cpp library has and the machine runs, and the VRAM
+free now plus what Juggler's unpinned backends hold there. `check` runs the same checks
+for options that are only saved (the per-model options API), so that what is saved is
+what a load takes. Reads /proc, NVML and the checkpoint's header in a thread, never on
+the loop.
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from juggler.accel.detect import device_present
+from juggler.accel.library import library_dir, loaded_backends
 from juggler.config import Settings
 from juggler.errors import CheckpointMissing
 from juggler.manager import auto_ctx
 from juggler.manager.fit import available_memory_bytes
+from juggler.manager.llamacpp import GpuView
 from juggler.manager.memory import process_rss
 from juggler.manager.recipes import LaunchPlan, Resolver, plan_launch
+from juggler.manager.snapshot import ServerSnapshot, ServerState
+from juggler.manager.vram import VramReader, held_bytes
 from juggler.options import AUTO_CTX, ModelOptions
 from juggler.types import ModelInfo
 
@@ -47,6 +55,34 @@ def load_memory_bytes(pids: Iterable[int]) -> int | None:
     return available + sum(n for n in held if n is not None)
 
 
+#: GPU backends the llama.cpp library has, and of those the ones the machine can run.
+Backends = tuple[frozenset[str], frozenset[str]]
+
+
+def machine_backends() -> Backends:
+    """This machine's `Backends` (`accel`: the library's files, NVML and /dev)."""
+    built = loaded_backends()
+    return built, frozenset(b for b in built if device_present(b))
+
+
+def gpu_view(
+    reader: VramReader, servers: Iterable[ServerSnapshot], backends: Backends | None = None
+) -> GpuView:
+    """The GPUs a load may use now (see the module doc; `backends`: this machine's when
+    None). Reads files and NVML; blocks briefly."""
+    built, present = backends if backends is not None else machine_backends()
+    sample, per_pid = reader.read()
+    vram: int | None = None
+    if sample is not None:
+        held = sum(
+            held_bytes(s.gpu, s.pid, per_pid)
+            for s in servers
+            if s.status is ServerState.READY and not s.pinned
+        )
+        vram = max(0, sample.total_bytes - sample.used_bytes) + held
+    return GpuView(built, present, vram, str(library_dir() or "llama_cpp/lib"))
+
+
 class LoadPlanner:
     def __init__(
         self,
@@ -54,12 +90,15 @@ class LoadPlanner:
         registry: Models,
         resolve: Resolver | None,
         backend_pids: Callable[[], Sequence[int]],
+        gpu: Callable[[], GpuView] = GpuView,
     ) -> None:
-        """`settings` and `backend_pids` are read at each call (both change)."""
+        """`settings`, `backend_pids` and `gpu` are read at each call (all change; `gpu`
+        blocks briefly: it runs in a thread)."""
         self._settings = settings
         self._registry = registry
         self._resolve = resolve
         self._pids = backend_pids
+        self._gpu = gpu
 
     async def prepare(self, model: str | ModelInfo, options: ModelOptions) -> LaunchPlan:
         """The plan of a load of `model` (a name, or a model not registered yet); raises
@@ -68,8 +107,9 @@ class LoadPlanner:
         info = self._registry.get(model) if isinstance(model, str) else model
         resolve = self._resolve or _default_resolver()
         memory = await asyncio.to_thread(load_memory_bytes, self._pids())
+        gpu = await asyncio.to_thread(self._gpu) if info.recipe == "llamacpp" else None
         return await asyncio.to_thread(
-            plan_launch, info, options, self._settings(), resolve, memory_bytes=memory
+            plan_launch, info, options, self._settings(), resolve, memory_bytes=memory, gpu=gpu
         )
 
     async def check(self, model: str | ModelInfo, options: ModelOptions) -> None:

@@ -24,7 +24,15 @@ the order they apply:
    that type (a server with a request in flight counts as used now, so idle servers go
    first); if only pinned servers remain, refuse (409 slots_pinned_error). A limit of -1
    is unlimited. A lowered limit evicts down to it here, at the type's next load.
-5. Busy protection: if any victim has a request in flight, nothing is evicted yet; the
+5. VRAM (issue 48: "when a new model does not fit, the least recently used idle models
+   on that GPU are evicted (busy and pinned ones never), exactly as seed 000's rules do
+   for slots"): a load that needs `vram_bytes` of the GPU, more than is free
+   (`VramState.free_bytes`) plus what the victims above hold, evicts the least recently
+   used unpinned servers on the GPU until it fits. If even all of them would not make
+   room, none is evicted for it: the load goes ahead with what it has (its layers were
+   planned for the VRAM there was). A GPU load also waits for evictions of servers on the
+   GPU (their memory is not free until their process is gone).
+6. Busy protection: if any victim has a request in flight, nothing is evicted yet; the
    load waits (no timeout) and is decided again when something changes.
 
 `retry_after_failure` is seed 000's error rule for a load that failed; `all_slots_pinned`
@@ -61,6 +69,8 @@ class ServerView:
     in_flight: int = 0
     pinned: bool = False
     launch_key: Hashable = None
+    #: What it holds on the GPU (0: nothing).
+    vram_bytes: int = 0
 
     @property
     def is_busy(self) -> bool:
@@ -78,6 +88,15 @@ class LoadRequest:
     npu_backend: NpuBackend | None = None
     launch_key: Hashable = None
     evict_all: bool = False
+    #: What the load is estimated to need of the GPU (0: nothing).
+    vram_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class VramState:
+    """The GPU's memory as the policy reads it when a load leaves the queue."""
+
+    free_bytes: int
 
 
 @dataclass(frozen=True)
@@ -107,7 +126,10 @@ def blocking_evictions(request: LoadRequest, evicting: Sequence[ServerView]) -> 
     return tuple(
         s.model_name
         for s in evicting
-        if request.evict_all or s.type == request.type or _npu_conflicts(request, s)
+        if request.evict_all
+        or s.type == request.type
+        or _npu_conflicts(request, s)
+        or (request.vram_bytes > 0 and s.vram_bytes > 0)
     )
 
 
@@ -121,10 +143,12 @@ def decide(
     table: Sequence[ServerView],
     limits: Mapping[ModelType, int],
     evicting: Sequence[ServerView] = (),
+    vram: VramState | None = None,
 ) -> Decision:
     """Choose what must leave before `request` loads. `table` holds the ready servers
     (one per model name), `evicting` the servers being evicted; `limits` maps a type to
-    its slots (-1 unlimited)."""
+    its slots (-1 unlimited); `vram` the GPU's free memory (None: not known, rule 5
+    does not apply)."""
     blocked = blocking_evictions(request, evicting)
     if blocked:
         return Decision(Verdict.WAIT, (), blocked, reason="waiting for evictions to end")
@@ -168,7 +192,27 @@ def decide(
                     f"models; unpin or unload one to load {request.model_name!r}",
                 )
             victims.extend(s.model_name for s in candidates[:need])
+    if vram is not None and request.vram_bytes > 0:
+        victims.extend(_vram_victims(request, table, victims, vram))
     return _finish(tuple(victims), table)
+
+
+def _vram_victims(
+    request: LoadRequest, table: Sequence[ServerView], victims: Sequence[str], vram: VramState
+) -> list[str]:
+    """Rule 5: the least recently used unpinned servers on the GPU that make room."""
+    room = vram.free_bytes + sum(s.vram_bytes for s in table if s.model_name in victims)
+    if request.vram_bytes <= room:
+        return []
+    more: list[str] = []
+    for server in sorted(table, key=_lru_order):
+        if server.model_name in victims or server.pinned or server.vram_bytes <= 0:
+            continue
+        more.append(server.model_name)
+        room += server.vram_bytes
+        if request.vram_bytes <= room:
+            return more
+    return []  # even all of them would not make room: evict nothing for it
 
 
 def _finish(victims: tuple[str, ...], table: Sequence[ServerView]) -> Decision:

@@ -12,6 +12,12 @@ no request in flight. The owner carries the actions out; `relief_step` is one st
 and the monitor measures again before the next (issue 11: "repeat while pressure
 remains, re-measuring after each step"). Downsizing is preferred while it alone can
 bring usage below the threshold.
+
+Issue 48: "seed 002's memory management watches VRAM the way it watches RAM (downsize
+frees VRAM, and says how much)". A sample of the GPU's memory (`memory="gpu"`) is
+relieved by the models on the GPU only (`vram_bytes` above 0), weighing what a downsize
+frees there (`downsizable_vram_bytes`); a sample of host memory by every model, weighing
+what a downsize frees of host memory (`downsizable_bytes`).
 """
 
 from __future__ import annotations
@@ -50,12 +56,21 @@ class MemoryView:
     is_downsized: bool = False
     #: What a downsize frees (KV cache and compute buffers); 0: it cannot downsize.
     downsizable_bytes: int = 0
+    #: What it holds on the GPU, and what a downsize frees there (issue 48).
+    vram_bytes: int = 0
+    downsizable_vram_bytes: int = 0
     downsize_idle_timeout_s: float = 60.0
     evict_idle_timeout_s: float = 300.0
 
     @property
     def can_downsize(self) -> bool:
         return self.downsizable_bytes > 0 and not self.is_downsized
+
+    def frees(self, memory: str) -> int:
+        """What a downsize frees of `memory` ("gpu" or "host"); 0 when it cannot."""
+        if not self.can_downsize:
+            return 0
+        return self.downsizable_vram_bytes if memory == "gpu" else self.downsizable_bytes
 
 
 def eviction_score(view: MemoryView, now: float) -> float:
@@ -106,20 +121,27 @@ def is_under_pressure(sample: MemorySample, threshold: float) -> bool:
 
 
 def relief_step(
-    views: Sequence[MemoryView], sample: MemorySample, threshold: float, now: float
+    views: Sequence[MemoryView],
+    sample: MemorySample,
+    threshold: float,
+    now: float,
+    memory: str = "host",
 ) -> Action | None:
     """One step against memory pressure, or None (no pressure, or no candidate).
 
     Downsize the most disposable idle model while downsizing the candidates can free
-    enough to get below the threshold; otherwise evict the most disposable one."""
+    enough to get below the threshold; otherwise evict the most disposable one. A
+    sample of the GPU's memory (`memory` "gpu") is relieved by models on the GPU only."""
     if not is_under_pressure(sample, threshold):
         return None
     found = candidates(views)
+    if memory == "gpu":
+        found = [v for v in found if v.vram_bytes > 0]
     if not found:
         return None
     excess = sample.used_bytes - threshold * sample.total_bytes
-    downsizable = [v for v in found if v.can_downsize]
-    if downsizable and sum(v.downsizable_bytes for v in downsizable) > excess:
+    downsizable = [v for v in found if v.frees(memory) > 0]
+    if downsizable and sum(v.frees(memory) for v in downsizable) > excess:
         best = max(downsizable, key=lambda v: eviction_score(v, now))
         return Action(Step.DOWNSIZE, best.model_name)
     best = max(found, key=lambda v: eviction_score(v, now))

@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import json
+import logging
 import os
 import signal
 import socket
@@ -36,10 +37,12 @@ from juggler.manager.child_env import child_env
 from juggler.manager.output import OutputPump
 from juggler.manager.recipes import LaunchPlan, require_file
 from juggler.manager.spawner import STOP_GRACE_S, BackendProcess
+from juggler.manager.vram import GpuUse
 from juggler.registry.adapters import AdapterBook
 from juggler.types import Device
 
 HOST = "127.0.0.1"
+log = logging.getLogger("juggler.manager")
 
 
 def _load_libc() -> ctypes.CDLL | None:
@@ -97,6 +100,7 @@ class ProcessHandle:
         self.device = Device.NONE
         self.load_duration_s = 0.0
         self.downsizable_bytes = 0
+        self.gpu = GpuUse()
         self.log_path = log_path
         #: Called once the process is gone (forgets its key).
         self.on_stop: Callable[[], None] = lambda: None
@@ -134,8 +138,18 @@ class ProcessHandle:
                 trust_env=False, timeout=timeout_s, headers=self.headers
             ) as client:
                 response = await client.post(self.url + "/internal/downsize")
-            return response.status_code == 200 and response.json().get("downsized") is True
-        except (httpx.HTTPError, ValueError, AttributeError):
+            body = response.json()
+            if response.status_code == 200 and body.get("downsized") is True:
+                # Issue 48: "downsize frees VRAM, and says how much".
+                log.info(
+                    "downsize of %s freed %d MiB of host memory and %d MiB of VRAM",
+                    self.url,
+                    int(body.get("context_bytes", 0)) >> 20,
+                    int(body.get("vram_bytes", 0)) >> 20,
+                )
+                return True
+            return False
+        except (httpx.HTTPError, ValueError, AttributeError, TypeError):
             return False
 
     def kill_now(self) -> None:
@@ -215,6 +229,7 @@ class ProcessSpawner:
         reported = _reported_device(body) if plan.reports_device else None
         handle.device = reported or plan.device
         handle.downsizable_bytes = _downsizable_bytes(body) if plan.reports_device else 0
+        handle.gpu = _gpu_use(body) if plan.reports_device else GpuUse()
         handle.load_duration_s = time.monotonic() - started
         return handle
 
@@ -268,6 +283,13 @@ def _downsizable_bytes(body: bytes) -> int:
         memory = json.loads(body).get("memory") or {}
         return max(0, int(memory.get("context_bytes", 0)))
     return 0
+
+
+def _gpu_use(body: bytes) -> GpuUse:
+    """What a llamacpp backend says llama.cpp placed on the GPU (its /health)."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return GpuUse.from_health(json.loads(body))
+    return GpuUse()
 
 
 def _reported_device(body: bytes) -> Device | None:

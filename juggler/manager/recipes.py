@@ -30,27 +30,24 @@ from __future__ import annotations
 import enum
 import shlex
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from juggler.compute.cpus import allowed_cpus
-from juggler.compute.workers import workers_for
 from juggler.config import Settings
-from juggler.engine_args import parse_llamacpp_args
 from juggler.errors import BadRequest, CheckpointMissing, Forbidden, RecipeNotInstalled
 from juggler.manager import auto_ctx
 from juggler.manager.auto_ctx import header_of
-from juggler.manager.fit import available_memory_bytes, check_fit, check_threads
-from juggler.options import AUTO_CTX, EngineFlags, LaunchKey, ModelOptions
-from juggler.registry.gguf_meta import GgufInfo
+from juggler.manager.fit import available_memory_bytes
+from juggler.manager.llamacpp import GpuView, explicit_threads, llamacpp_argv, place
+from juggler.manager.offload import Offload
+from juggler.manager.projector_launch import projector_argv, with_projector
+from juggler.options import AUTO_CTX, LaunchKey, ModelOptions
+from juggler.registry.mmproj import projector_for
 from juggler.types import Device, ModelInfo, ModelType
 
 #: Turns a model's checkpoint into a file on disk; raises CheckpointMissing.
 Resolver = Callable[[ModelInfo], Path]
-
-ENGINE_MODULE = "juggler.engine"
 
 
 class NpuBackend(enum.StrEnum):
@@ -142,6 +139,13 @@ class LaunchPlan:
     threads: int = 0
     #: Loaded with `ctx_size: -1`: `options.ctx_size` is the size chosen (`auto_ctx`).
     ctx_auto: bool = False
+    #: llamacpp on a GPU: the layers offloaded and the VRAM they are estimated to take.
+    offload: Offload | None = None
+
+    @property
+    def vram_bytes(self) -> int:
+        """The VRAM this load is estimated to need (0: none)."""
+        return self.offload.vram_bytes if self.offload is not None else 0
 
     @property
     def model_type(self) -> ModelType:
@@ -202,65 +206,6 @@ def _command_npu_backend(info: ModelInfo, device: Device) -> NpuBackend | None:
         return NpuBackend.EXCLUSIVE
 
 
-def _engine_flags(
-    options: ModelOptions, settings: Settings, header: GgufInfo | None, info: ModelInfo
-) -> EngineFlags:
-    """The backend's engine flags. A client's `llamacpp_args` override the settings'
-    workers, parallel and threads; automatic workers (0) are resolved here, so that the
-    fit check counts them (`compute.workers`, as the backend would)."""
-    shape: dict[str, object] = {
-        "ctx_size": options.ctx_size,
-        "workers": settings.workers,
-        "parallel": settings.parallel,
-        "threads": settings.threads,
-        "n_gpu_layers": 0 if options.llamacpp_backend == "cpu" else 999,
-        "cache_type_k": options.cache_type_k,
-        "cache_type_v": options.cache_type_v,
-    }
-    shape.update(parse_llamacpp_args(options.llamacpp_args))
-    flags = EngineFlags.model_validate(shape)
-    workers = workers_for(
-        flags.workers,
-        header.size_bytes if header is not None else None,
-        is_llm=info.type is ModelType.LLM,
-        offloaded=flags.n_gpu_layers > 0,
-        cores=len(allowed_cpus()),
-    )
-    return flags.model_copy(update={"workers": workers})
-
-
-def _llamacpp_argv(info: ModelInfo, engine_flags: EngineFlags) -> list[str]:
-    """`python -m juggler.engine`: the identity flags, then the engine flags."""
-    flags = engine_flags.to_argv()
-    if "--threads" in flags and flags[flags.index("--threads") + 1] == "0":
-        # 0 means "every core", which is the engine's own default: leave it to the engine.
-        i = flags.index("--threads")
-        del flags[i : i + 2]
-    identity = [
-        sys.executable,
-        "-m",
-        ENGINE_MODULE,
-        "--model-path",
-        "{model_path}",
-        "--model-name",
-        "{model_name}",
-        "--host",
-        "{host}",
-        "--port",
-        "{port}",
-        "--type",
-        info.type.value,
-    ]
-    # Braces must survive the per-token format() in LaunchPlan.argv.
-    return identity + [a.replace("{", "{{").replace("}", "}}") for a in flags]
-
-
-def _explicit_threads(options: ModelOptions, settings: Settings) -> int:
-    """Threads per worker set by the admin or the load (0: left to the compute plan)."""
-    threads = parse_llamacpp_args(options.llamacpp_args).get("threads", settings.threads)
-    return int(threads)
-
-
 def _command_template(info: ModelInfo) -> tuple[str, ...]:
     """The model's command template as argv tokens; a template that cannot be parsed or
     filled (unclosed quote, unknown placeholder) is the client's error, named `command`."""
@@ -276,22 +221,6 @@ def _command_template(info: ModelInfo) -> tuple[str, ...]:
     return template
 
 
-def _check_fit(
-    header: GgufInfo | None,
-    info: ModelInfo,
-    flags: EngineFlags,
-    memory_bytes: int | None,
-    *,
-    on_gpu: bool,
-) -> None:
-    """`fit.check_threads`, then `fit.check_fit` from the file's header (a file that is
-    not GGUF is left to the engine to refuse)."""
-    check_threads(flags, len(allowed_cpus()))
-    if header is None:
-        return
-    check_fit(header, flags, info.type, memory_bytes=memory_bytes, on_gpu=on_gpu)
-
-
 def plan_launch(
     info: ModelInfo,
     options: ModelOptions,
@@ -299,10 +228,12 @@ def plan_launch(
     resolve: Resolver,
     *,
     memory_bytes: int | None = None,
+    gpu: GpuView | None = None,
 ) -> LaunchPlan:
     """Check the recipe is installed, the checkpoint is on disk and a llama.cpp load can
     fit (`fit`: in `memory_bytes`, the host memory this load can have; the memory
-    available now when None), and build the plan. An automatic `ctx_size` (-1) is sized
+    available now when None; `gpu`: the GPUs it may use, none when None: `llamacpp`),
+    and build the plan. An automatic `ctx_size` (-1) is sized
     here (`auto_ctx`), from the same header and memory.
 
     Blocks on file-system checks only (run it off the event loop if `resolve` is slow).
@@ -343,32 +274,24 @@ def plan_launch(
         )
     if recipe.name == "llamacpp":
         model_path = str(resolve(info))
-        device = Device.CPU if options.llamacpp_backend == "cpu" else Device.GPU
-        header = header_of(model_path)
-        host = memory_bytes if device is Device.CPU else None
-        sized = auto_ctx.resolved(options, header, settings, memory_bytes=host)
-        flags = _engine_flags(sized, settings, header, info)
-        on_gpu = device is not Device.CPU
-        try:
-            _check_fit(header, info, flags, memory_bytes, on_gpu=on_gpu)
-        except BadRequest:
-            if flags.workers == 1 or auto_ctx.requested_workers(sized, settings) != 0:
-                raise
-            # Automatic workers: one context where a second would not fit.
-            flags = flags.model_copy(update={"workers": 1})
-            _check_fit(header, info, flags, memory_bytes, on_gpu=on_gpu)
+        projector = projector_for(info, model_path)
+        header = with_projector(header_of(model_path), projector)
+        placed = place(
+            info, options, settings, header, memory_bytes=memory_bytes, gpu=gpu or GpuView()
+        )
         return LaunchPlan(
             info,
             model_path,
             recipe,
-            device,
+            placed.device,
             None,
-            sized,
+            placed.options,
             "/health",
-            tuple(_llamacpp_argv(info, flags)),
+            tuple(llamacpp_argv(info, placed.flags) + projector_argv(projector)),
             reports_device=True,
-            threads=_explicit_threads(options, settings),
+            threads=explicit_threads(options, settings),
             ctx_auto=options.ctx_size == AUTO_CTX,
+            offload=placed.offload,
         )
     found = next((p for p in map(shutil.which, recipe.executables) if p), None)
     if found is None:

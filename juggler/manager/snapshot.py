@@ -7,11 +7,13 @@ Manager's read methods read only that (never the owner's live table).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from juggler.compute.plan import Share
+from juggler.manager.memory import MemorySample
 from juggler.manager.policy import ServerView
+from juggler.manager.vram import GpuUse
 from juggler.options import ModelOptions
 from juggler.types import MODEL_TYPE_ORDER, Device, ModelType
 
@@ -94,6 +96,8 @@ class ServerSnapshot:
     launch_command: tuple[str, ...] = ()
     #: Its share of the cores (issue 21's compute plan); None: outside the plan.
     compute: Share | None = None
+    #: What llama.cpp placed on the GPU (issue 48).
+    gpu: GpuUse = field(default_factory=GpuUse)
 
     @property
     def is_busy(self) -> bool:
@@ -120,6 +124,9 @@ class ServerSnapshot:
             "in_flight": self.in_flight,
             "num_loads": self.num_loads,
             "compute": self.compute.as_json() if self.compute is not None else None,
+            "gpu_layers": self.gpu.as_json(),
+            # Issue 51: launched with a vision projector (it takes images).
+            "vision": "--mmproj" in self.launch_command,
         }
 
 
@@ -133,6 +140,8 @@ class MemoryStatus:
     is_monitoring: bool
     used_bytes: int | None = None
     total_bytes: int | None = None
+    #: Every source the monitor samples: (name, "gpu" or "host", last sample or None).
+    sources: tuple[tuple[str, str, MemorySample | None], ...] = ()
 
     def to_health(self) -> dict[str, Any]:
         return {
@@ -142,6 +151,15 @@ class MemoryStatus:
             "monitoring": self.is_monitoring,
             "used_bytes": self.used_bytes,
             "total_bytes": self.total_bytes,
+            "sources": [
+                {
+                    "name": name,
+                    "memory": kind,
+                    "used_bytes": sample.used_bytes if sample else None,
+                    "total_bytes": sample.total_bytes if sample else None,
+                }
+                for name, kind, sample in self.sources
+            ],
         }
 
 

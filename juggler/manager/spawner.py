@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from juggler.manager.recipes import LaunchPlan
+from juggler.manager.vram import GpuUse
 from juggler.types import Device
 
 #: SIGTERM -> SIGKILL grace on eviction.
@@ -36,6 +37,8 @@ class BackendProcess(Protocol):
     #: What a downsize frees (its KV cache and compute buffers, as it reported them when
     #: it became healthy); 0 for a backend that cannot downsize.
     downsizable_bytes: int
+    #: What llama.cpp placed on the GPU, as it reported it when it became healthy.
+    gpu: GpuUse
 
     @property
     def is_alive(self) -> bool: ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from juggler.manager.policy import ServerView
@@ -79,9 +79,12 @@ class ServerTable:
         """The ready servers as seed 002's memory policy sees them."""
         return [s.memory_view(global_auto_evict) for s in self.in_state(ServerState.READY)]
 
-    def views(self, state: ServerState = ServerState.READY) -> list[ServerView]:
-        """The servers in `state` as the policy sees them."""
-        return [s.view() for s in self.in_state(state)]
+    def views(
+        self, state: ServerState = ServerState.READY, per_pid: Mapping[int, int] | None = None
+    ) -> list[ServerView]:
+        """The servers in `state` as the policy sees them (`per_pid`: NVML's VRAM per
+        process, where it answered)."""
+        return [s.view(per_pid) for s in self.in_state(state)]
 
     def snapshot(
         self,

@@ -8,6 +8,7 @@ returns a handle, which the owner stores here when the load is done.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -17,6 +18,7 @@ from juggler.manager.pressure import MemoryView
 from juggler.manager.recipes import LaunchPlan
 from juggler.manager.snapshot import MemState, ServerSnapshot, ServerState
 from juggler.manager.spawner import STOP_GRACE_S, BackendProcess
+from juggler.manager.vram import GpuUse, held_bytes
 
 
 class WrappedServer:
@@ -65,6 +67,25 @@ class WrappedServer:
     def is_alive(self) -> bool:
         return self.process is not None and self.process.is_alive
 
+    @property
+    def gpu(self) -> GpuUse:
+        """What llama.cpp placed on the GPU (nothing while it loads)."""
+        return self.process.gpu if self.process is not None else GpuUse()
+
+    @property
+    def is_fully_offloaded(self) -> bool:
+        """Every layer on the GPU: as llama.cpp reported, or as planned while it loads."""
+        if self.process is not None:
+            return self.gpu.is_full
+        return self.plan.offload is not None and self.plan.offload.is_full
+
+    def vram_bytes(self, per_pid: Mapping[int, int] | None = None) -> int:
+        """What it holds on the GPU (`vram.held_bytes`; NVML's figure when `per_pid` has
+        its pid); a loading server counts what its plan expects."""
+        if self.process is None:
+            return self.plan.vram_bytes
+        return held_bytes(self.gpu, self.pid, per_pid or {})
+
     def snapshot(self) -> ServerSnapshot:
         return ServerSnapshot(
             server_id=self.server_id,
@@ -87,6 +108,7 @@ class WrappedServer:
             auto_evict=self.options.auto_evict,
             launch_command=self.launch_command(),
             compute=self.compute,
+            gpu=self.gpu,
         )
 
     def launch_command(self) -> tuple[str, ...]:
@@ -107,12 +129,14 @@ class WrappedServer:
             opted_in=global_auto_evict or opts.auto_evict,
             is_downsized=self.memory is not MemState.ACTIVE,
             downsizable_bytes=self.process.downsizable_bytes if self.process else 0,
+            vram_bytes=self.vram_bytes(),
+            downsizable_vram_bytes=self.gpu.downsizable_vram_bytes,
             downsize_idle_timeout_s=opts.downsize_idle_timeout,
             evict_idle_timeout_s=opts.evict_idle_timeout,
         )
 
-    def view(self) -> ServerView:
-        """This server as the policy sees it."""
+    def view(self, per_pid: Mapping[int, int] | None = None) -> ServerView:
+        """This server as the policy sees it (`per_pid`: NVML's VRAM per process)."""
         return ServerView(
             self.model_name,
             self.type,
@@ -122,4 +146,5 @@ class WrappedServer:
             self.in_flight,
             self.pinned,
             self.plan.launch_key(),
+            self.vram_bytes(per_pid),
         )

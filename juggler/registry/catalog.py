@@ -75,6 +75,7 @@ def _info(name: str, entry: dict[str, Any]) -> ModelInfo:
         health_path=str(entry.get("health_path", "/health")),
         device=entry.get("device"),
         max_context_window=ctx if isinstance(ctx, int) else None,
+        mmproj=entry.get("mmproj") or None,
     )
 
 
@@ -91,6 +92,8 @@ def _entry(info: ModelInfo) -> dict[str, Any]:
         out["health_path"] = info.health_path
     if info.device:
         out["device"] = info.device
+    if info.mmproj:
+        out["mmproj"] = info.mmproj
     return out
 
 
@@ -262,6 +265,7 @@ class Registry:
         health_path: str = "/health",
         device: str | None = None,
         ollama: bool = False,
+        mmproj: str | None = None,
     ) -> ModelInfo:
         """Register (or replace) a user model; raises BadRequest naming the bad field."""
         self.check_new_name(name, ollama=ollama)
@@ -298,6 +302,7 @@ class Registry:
             command=command,
             health_path=health_path,
             device=device,
+            mmproj=mmproj,
         )
         with edited_json(self.user_file) as entries:
             entries[name] = _entry(info)
@@ -315,6 +320,7 @@ class Registry:
             health_path=info.health_path,
             device=info.device,
             ollama=True,
+            mmproj=info.mmproj,
         )
 
     def remove_user_model(self, name: str) -> None:

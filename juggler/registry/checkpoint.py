@@ -47,6 +47,8 @@ class HfRef:
     org: str
     repo: str
     quant: str | None
+    #: Files of the repository fetched with its GGUF (a vision projector, issue 51).
+    extra_files: tuple[str, ...] = ()
 
     @property
     def repo_id(self) -> str:

@@ -160,10 +160,30 @@ def list_files(repo_id: str, endpoint: str, token: str | None) -> dict[str, Repo
 
 def _download(ref: HfRef, endpoint: str, token: str | None, on_progress: ProgressFn | None) -> Path:
     have = find_hf_file(ref)
-    if have is not None:
+    folder = hf_cache_dir(ref)
+    wanted = [f for f in ref.extra_files if not (folder / Path(f).name).is_file()]
+    if have is not None and not wanted:
         return have  # checked when it was downloaded; no need to ask the hub again
     files = list_files(ref.repo_id, endpoint, token)
-    name = choose_file(list(files), ref.quant)
+    for extra in wanted:  # a vision projector (issue 51), before the model
+        if extra not in files:
+            raise CheckpointMissing(f"{ref.repo_id}: no file {extra!r} on {endpoint}")
+        _fetch_file(ref, files, extra, endpoint, token, on_progress)
+    if have is not None:
+        return have
+    return _fetch_file(
+        ref, files, choose_file(list(files), ref.quant), endpoint, token, on_progress
+    )
+
+
+def _fetch_file(
+    ref: HfRef,
+    files: dict[str, RepoFile],
+    name: str,
+    endpoint: str,
+    token: str | None,
+    on_progress: ProgressFn | None,
+) -> Path:
     entry = files[name]
     target = hf_cache_dir(ref) / Path(name).name
     if target.is_file():

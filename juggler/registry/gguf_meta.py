@@ -96,6 +96,14 @@ class GgufInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: Tokens in the vocabulary (the rows of `token_embd.weight`), if the file says.
     vocab_size: int | None = None
+    #: Bytes of each repeating layer's tensors (`blk.N.*`), by layer number.
+    layer_bytes: tuple[int, ...] = ()
+    #: Bytes of the output layer (`output.weight`, or the token embeddings it shares,
+    #: and `output_norm`): what llama.cpp puts on the GPU as the last offloaded layer.
+    output_bytes: int = 0
+    #: The output layer is the token embeddings (no `output.weight`): llama.cpp keeps the
+    #: embeddings in host memory and puts a copy of them on the GPU.
+    output_tied: bool = False
 
     @property
     def parameter_size(self) -> str:
@@ -180,17 +188,23 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> GgufInfo:
                 meta[key] = value
         params = 0
         vocab: int | None = None
+        offsets: list[tuple[int, str]] = []
         for _ in range(num_tensors):
             tensor = r.string()
             dims = [r.take("<Q") for _ in range(r.take("<I"))]
             if tensor == "token_embd.weight" and len(dims) >= 2:
                 vocab = dims[1]
             r.take("<I")
-            r.take("<Q")
+            offsets.append((r.take("<Q"), tensor))
             count = 1
             for d in dims:
                 count *= d
             params += count
+        align = meta.get("general.alignment", 32)
+        align = align if isinstance(align, int) and align > 0 else 32
+        data_start = -(-f.tell() // align) * align
+    layers, output = _layer_sizes(offsets, size - data_start)
+    tied = not any(name == "output.weight" for _, name in offsets)
     arch = str(meta.get("general.architecture", "unknown"))
     ctx = meta.get(f"{arch}.context_length")
     ftype = meta.get("general.file_type")
@@ -203,7 +217,28 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> GgufInfo:
         size_bytes=size,
         metadata=meta,
         vocab_size=vocab,
+        layer_bytes=layers,
+        output_bytes=output,
+        output_tied=tied,
     )
+
+
+def _layer_sizes(offsets: list[tuple[int, str]], data_bytes: int) -> tuple[tuple[int, ...], int]:
+    """Bytes per repeating layer and of the output layer, from the tensors' data offsets
+    (each tensor runs to the next one's offset, the last to the end of the file)."""
+    ordered = sorted(offsets)
+    sizes: dict[str, int] = {}
+    for i, (offset, name) in enumerate(ordered):
+        end = ordered[i + 1][0] if i + 1 < len(ordered) else data_bytes
+        sizes[name] = max(0, end - offset)
+    per_layer: dict[int, int] = {}
+    for name, n in sizes.items():
+        parts = name.split(".")
+        if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
+            per_layer[int(parts[1])] = per_layer.get(int(parts[1]), 0) + n
+    layers = tuple(per_layer.get(i, 0) for i in range(max(per_layer, default=-1) + 1))
+    head = sizes.get("output.weight", sizes.get("token_embd.weight", 0))
+    return layers, head + sizes.get("output_norm.weight", 0)
 
 
 #: Architectures that only embed (llama.cpp's encoder-only models).

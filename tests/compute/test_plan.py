@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from juggler.compute.plan import Consumer, Share, divide, plan_shares, split_threads
+from juggler.compute.plan import (
+    OFFLOADED_THREADS,
+    Consumer,
+    Share,
+    divide,
+    plan_shares,
+    split_threads,
+)
 
 TWO = (0, 1)
 EIGHT = tuple(range(8))
@@ -91,3 +98,32 @@ def test_divide_and_split() -> None:
     assert split_threads(8, 3) == [3, 3, 2]
     assert split_threads(1, 2) == [1, 1]  # fewer threads than workers: one each, in time
     assert split_threads(4, 0) == []
+
+
+def test_a_fully_offloaded_model_gets_one_thread_and_its_own_core_while_busy() -> None:
+    """Issue 48: "A fully offloaded model gets the few CPU threads it needs, a partially
+    offloaded one is divided like a CPU model" (the plan gave it `16 on 0-15`)."""
+    shares = plan_shares([Consumer(1, True, offloaded=True), Consumer(2, True)], EIGHT)
+    assert shares[1] == Share(OFFLOADED_THREADS, (7,), busy=True, gpu=True)
+    assert shares[2] == Share(7, tuple(range(7)), busy=True)  # the CPU model: the rest
+    alone = plan_shares([Consumer(1, True, offloaded=True)], EIGHT)
+    assert alone[1].threads == OFFLOADED_THREADS
+    # Two GPU models each reserve a core while busy; idle, one reserves nothing.
+    two = plan_shares(
+        [Consumer(1, True, offloaded=True), Consumer(2, True, offloaded=True), Consumer(3, True)],
+        EIGHT,
+    )
+    assert {two[1].cpus, two[2].cpus} == {(7,), (6,)} and two[3].cpus == tuple(range(6))
+    idle = plan_shares([Consumer(1, False, offloaded=True), Consumer(2, True)], EIGHT)
+    assert idle[1].threads == OFFLOADED_THREADS and idle[2] == Share(8, EIGHT, busy=True)
+    # Never the pool's last core: on two cores the CPU model keeps one.
+    small = plan_shares(
+        [Consumer(1, True, offloaded=True), Consumer(2, True, offloaded=True), Consumer(3, True)],
+        TWO,
+    )
+    assert small[3] == Share(1, (0,), busy=True) and small[1].cpus == small[2].cpus == (1,)
+
+
+def test_a_partly_offloaded_model_is_divided_like_a_cpu_model() -> None:
+    shares = plan_shares([Consumer(1, True, offloaded=False), Consumer(2, True)], EIGHT)
+    assert shares[1].threads == shares[2].threads == 4

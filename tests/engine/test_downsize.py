@@ -43,12 +43,14 @@ def test_downsize_frees_the_context_and_sessions_continue_as_if_nothing_happened
         assert got == {
             "downsized": True,
             "context_bytes": got["context_bytes"],
+            "vram_bytes": 0,  # a fake context on the CPU: nothing on a GPU
             "sessions_parked": 2,
         }
         assert first.closed, "the llama.cpp context was freed"
         snap = rig.worker.snapshot
         assert snap.is_downsized and snap.kv_used == 0 and snap.num_parked_sessions == 2
-        assert await downsize(rig) == {"downsized": True, "context_bytes": 0, "sessions_parked": 0}
+        again = {"downsized": True, "context_bytes": 0, "vram_bytes": 0, "sessions_parked": 0}
+        assert await downsize(rig) == again
         # The next input makes a new context and brings the session's KV back.
         assert await turn(rig, "b", " again") == await turn(control, "b", " again")
         assert rig.ctx is not first and not rig.ctx.closed

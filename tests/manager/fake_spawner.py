@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from juggler.errors import LoadFailed
 from juggler.manager.recipes import LaunchPlan
 from juggler.manager.spawner import BackendProcess
+from juggler.manager.vram import GpuUse
 from juggler.types import Device
 
 
@@ -36,6 +37,8 @@ class Behaviour:
     downsize_gate: asyncio.Event | None = None
     #: The backend refuses to downsize (a request arrived first).
     refuse_downsize: bool = False
+    #: What it reports llama.cpp placed on the GPU.
+    gpu: GpuUse = field(default_factory=GpuUse)
 
 
 class FakeProcess:
@@ -53,7 +56,10 @@ class FakeProcess:
         self.device = device
         self.load_duration_s = 0.001
         self.downsizable_bytes = behaviour.downsizable_bytes
+        self.gpu = behaviour.gpu
         self.behaviour = behaviour
+        #: The plan it was started with (set by `FakeSpawner.start`).
+        self.plan: LaunchPlan | None = None
         #: How many times it was downsized (its contexts freed).
         self.num_downsized = 0
         self._returncode: int | None = None
@@ -169,6 +175,7 @@ class FakeSpawner:
         finally:
             self.num_loading -= 1
         process = FakeProcess(self, name, pid, behaviour.device or plan.device, behaviour)
+        process.plan = plan
         self.processes.append(process)
         self.events.append(("ready", name, pid))
         return process

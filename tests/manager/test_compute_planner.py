@@ -42,6 +42,7 @@ class Server:
     plan: Plan = field(default_factory=Plan)
     compute: Share | None = None
     options: ModelOptions = field(default_factory=ModelOptions)
+    is_fully_offloaded: bool = False
 
 
 class Clock:
@@ -139,7 +140,13 @@ def test_leases_divide_the_cores_through_the_owner(tmp_path: Path) -> None:
             shares = {s.model_name: s.compute for s in manager.snapshot()}
             assert shares == {"a": Share(1, (0,), True), "b": Share(1, (1,), True)}
             health = next(s for s in manager.snapshot() if s.model_name == "b").to_health()
-            assert health["compute"] == {"threads": 1, "cpus": [1], "busy": True, "planned": True}
+            assert health["compute"] == {
+                "threads": 1,
+                "cpus": [1],
+                "busy": True,
+                "planned": True,
+                "gpu": False,
+            }
             lease_b.release()
             await manager.pin("a", False)  # any message: the release was handled before it
             assert boards["a"].read() == Share(2, (0, 1), busy=True)

@@ -16,6 +16,8 @@ from juggler.compute.cpus import allowed_cpus
 from juggler.errors import BadRequest
 from juggler.manager.fit import available_memory_bytes, check_fit, estimate, host_memory_bytes
 from juggler.manager.footprint import CONTEXT_BYTES, kv_bytes_per_token
+from juggler.manager.llamacpp import GpuView
+from juggler.manager.offload import ALL_LAYERS, split
 from juggler.manager.recipes import plan_launch
 from juggler.options import EngineFlags
 from juggler.registry.gguf_meta import read_info
@@ -111,7 +113,8 @@ def test_a_load_bigger_than_memory_is_refused_and_one_that_fits_is_not(tmp_path:
     assert got.value.param == "ctx_size", "the KV cache is the largest part"
     check_fit(info, flags(ctx_size=131072), LLM, memory_bytes=16 * GIB)
     # Offloaded to a GPU: the KV cache is not in host memory.
-    check_fit(info, many, LLM, memory_bytes=1 * GIB, on_gpu=True)
+    every_layer = split(info, estimate(info, many, LLM), ALL_LAYERS)
+    check_fit(info, many, LLM, memory_bytes=1 * GIB, offload=every_layer)
 
 
 def test_plan_launch_refuses_before_anything_starts(tmp_path: Path) -> None:
@@ -125,7 +128,8 @@ def test_plan_launch_refuses_before_anything_starts(tmp_path: Path) -> None:
         plan_launch(info, many, settings(), resolve_path, memory_bytes=4 * GIB)
     gpu = settings().model_options({"ctx_size": 8192, "llamacpp_backend": "vulkan"})
     gpu = gpu.model_copy(update={"llamacpp_args": "--workers 64"})
-    assert plan_launch(info, gpu, settings(), resolve_path, memory_bytes=4 * GIB)
+    vulkan = GpuView(frozenset({"vulkan"}), frozenset({"vulkan"}))
+    assert plan_launch(info, gpu, settings(), resolve_path, memory_bytes=4 * GIB, gpu=vulkan)
 
 
 def test_threads_beyond_the_cores_are_refused_naming_them(tmp_path: Path) -> None:

@@ -4,19 +4,24 @@ and seed 002's pure decisions."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from juggler.manager import messages as m
 from juggler.manager.memory import (
     AmdSysfsSource,
     MemorySample,
     NvmlSource,
     SystemMemorySource,
+    choose_device_source,
     choose_source,
+    kind_of,
 )
+from juggler.manager.monitor import Monitor
 from juggler.manager.pressure import (
     Action,
     MemoryView,
@@ -147,3 +152,47 @@ def test_pressure_downsizes_when_that_is_enough_else_evicts_the_most_disposable(
     )
     assert relief_step([old, new], MemorySample(80, 100), 0.90, now=10.0) is None
     assert relief_step([view("p", pinned=True)], sample, 0.90, now=10.0) is None
+
+
+class _Gpu:
+    name = "gpu0"
+    kind = "gpu"
+
+    def sample(self) -> MemorySample:
+        return MemorySample(6 * GIB, 8 * GIB)
+
+
+class _Host:
+    name = "host0"
+
+    def sample(self) -> MemorySample:
+        return MemorySample(2 * GIB, 16 * GIB)
+
+
+def test_the_monitor_watches_the_gpus_memory_and_the_hosts() -> None:
+    """Issue 48: "seed 002's memory management watches VRAM the way it watches RAM":
+    another source behind the one sampling interface; the first one is health's."""
+    posted: list[m.Message] = []
+
+    async def scenario() -> None:
+        monitor = Monitor(_Gpu(), posted.append, interval_s=0.01, more=[_Host()])
+        monitor.ensure(True)
+        while len(posted) < 2:
+            await asyncio.sleep(0.005)
+        await monitor.close()
+        assert monitor.source is not None and monitor.source.name == "gpu0"
+        assert monitor.last == MemorySample(6 * GIB, 8 * GIB)
+
+    asyncio.run(scenario())
+    got = [(p.memory, p.sample.total_bytes) for p in posted[:2] if isinstance(p, m.MemorySampled)]
+    assert got == [("gpu", 8 * GIB), ("host", 16 * GIB)]
+
+
+def test_no_gpu_source_without_nvml_or_an_amd_card(tmp_path: Path) -> None:
+    def no_nvml() -> Any:
+        raise ImportError("pynvml")
+
+    assert choose_device_source(nvml=no_nvml, drm_root=tmp_path) is None
+    nvidia = choose_device_source(nvml=lambda: FakeNvml([(1, 4)]), drm_root=tmp_path)
+    assert nvidia is not None and nvidia.name == "nvidia" and kind_of(nvidia) == "gpu"
+    assert kind_of(SystemMemorySource()) == "host"

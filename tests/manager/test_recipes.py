@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from juggler.errors import BadRequest, CheckpointMissing, RecipeNotInstalled
+from juggler.manager.llamacpp import GpuView
 from juggler.manager.recipes import NpuBackend, plan_launch
 from juggler.types import Device, ModelInfo
 
@@ -48,10 +49,11 @@ def test_llamacpp_argv(tmp_path: Path) -> None:
     joined = " ".join(argv)
     assert f"--model-path {gguf} --model-name M --host 127.0.0.1 --port 4242" in joined
     assert "--type embedding --ctx-size 777" in joined
-    assert "--workers 1 --parallel 3 --threads 2 --n-gpu-layers 0" in joined
+    assert "--workers 1 --parallel 3 --threads 2 --kv-cells 0 --n-gpu-layers 0" in joined
     assert plan.device == Device.CPU and plan.reports_device
     gpu = settings().model_options({"llamacpp_backend": "vulkan"})
-    gpu_argv = plan_launch(info, gpu, settings(threads=0), resolve_path).argv(1)
+    vulkan = GpuView(frozenset({"vulkan"}), frozenset({"vulkan"}))
+    gpu_argv = plan_launch(info, gpu, settings(threads=0), resolve_path, gpu=vulkan).argv(1)
     assert "--n-gpu-layers 999" in " ".join(gpu_argv)
     assert "--threads" not in gpu_argv  # 0 (every core) is the engine's own default
 

@@ -201,7 +201,7 @@ def test_output_config_format_is_a_json_schema_response_format() -> None:
                             {"type": "text", "text": "What is this?"},
                             {
                                 "type": "image",
-                                "source": {"type": "url", "url": "https://example.com/a.png"},
+                                "source": {"type": "file", "file_id": "file_011"},
                             },
                         ],
                     }

@@ -121,7 +121,7 @@ def test_registering_a_user_model_downloads_then_registers_it(client: TestClient
         ({"model_name": "extra.thing", "checkpoint": "acme/tiny-GGUF"}, 400, "model_name"),
         ({"model_name": "my-model", "checkpoint": "acme/tiny-GGUF"}, 400, "model_name"),
         ({"model_name": "no-such-model"}, 404, "model"),
-        ({"model_name": "user.v", "checkpoint": "a/b", "mmproj": "m.gguf"}, 400, "mmproj"),
+        ({"model_name": "user.v", "checkpoint": "a/b", "mmproj": "x/m.gguf"}, 400, "mmproj"),
         ({"model_name": "user.v", "checkpoints": {"vae": "a/b"}}, 400, "checkpoints"),
     ],
 )

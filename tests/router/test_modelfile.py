@@ -224,3 +224,13 @@ def test_a_generate_template_is_honoured_but_not_with_raw() -> None:
     assert rq.generate_request(body)[0] == applied.CHAT_PATH  # rendered by the route
     with pytest.raises(BadRequest, match="template"):
         rq.generate_request(body.model_copy(update={"raw": True}))
+
+
+def test_a_template_refuses_images_it_cannot_render() -> None:
+    """A TEMPLATE renders text: an image would be lost, so it is a 400 naming images."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+    base = {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, image]}]}
+    with pytest.raises(NotImplementedParam, match="images"):
+        applied.templated("{{ .Prompt }}", applied.CHAT_PATH, base)
+    text_only = {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}
+    assert applied.templated("{{ .Prompt }}", applied.CHAT_PATH, text_only)[1] == {"prompt": "x"}

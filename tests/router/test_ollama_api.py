@@ -84,9 +84,14 @@ def test_options_split_into_sampling_and_load_options() -> None:
     assert sampling == {"temperature": 0.2, "max_tokens": 64, "stop": ["\n"], "seed": 7}
     assert load == {
         "ctx_size": 1024,
-        "llamacpp_backend": "cpu",
+        "n_gpu_layers": 0,  # issue 48: Ollama's num_gpu is the layers offloaded
         "llamacpp_args": "--threads 2 --batch-size 128",
     }
+    assert oo.split_options({"num_gpu": 12})[1] == {"n_gpu_layers": 12}
+    for bad in ("all", True, -2, 1.5):
+        with pytest.raises(BadRequest) as err:
+            oo.split_options({"num_gpu": bad})
+        assert err.value.param == "options.num_gpu"
     assert oo.split_options({"num_predict": -1}) == ({}, {})
 
 
@@ -95,7 +100,6 @@ def test_options_split_into_sampling_and_load_options() -> None:
     [
         {"mirostat": 2},
         {"typical_p": 0.5},
-        {"num_gpu": 10},
         {"num_keep": 5},
         {"use_mlock": True},
         {"penalize_newline": True},

@@ -136,7 +136,7 @@ def test_chat_request_carries_tools_and_format() -> None:
     [
         ({"format": "json", "tools": [WEATHER]}, "format", "calls tools or answers"),
         ({"think": "loudly"}, "think", "true, false or one of"),
-        ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "images", "vision"),
+        ({"messages": [{"role": "user", "content": "x", "images": [3]}]}, "images", "base64"),
         ({"messages": [{"role": "user", "thinking": "hm"}]}, "thinking", "only assistant"),
         ({"messages": [{"role": "user", "tool_name": "f"}]}, "tool_name", "tool messages"),
         ({"logprobs": True}, "logprobs", "not built"),
@@ -156,7 +156,6 @@ def test_what_cannot_be_honoured_is_refused_saying_why(
 @pytest.mark.parametrize(
     ("field", "value", "why"),
     [
-        ("images", ["aGk="], "vision"),
         ("suffix", "end", "fill-in-the-middle"),
         ("context", [1, 2], "token contexts"),
     ],
@@ -165,6 +164,18 @@ def test_generate_refuses_what_it_cannot_honour(field: str, value: Any, why: str
     body = ol.GenerateBody.model_validate({"model": "m", "prompt": "x", field: value})
     with pytest.raises(NotImplementedParam, match=why):
         rq.generate_request(body)
+
+
+def test_generate_takes_images_unless_raw() -> None:
+    """Issue 51: Ollama's `images` (base64) become OpenAI image parts before the text;
+    a raw prompt has no place for them."""
+    _, chat = rq.generate_request(ol.GenerateBody(model="m", prompt="x", images=["aGk="]))
+    assert chat["messages"][-1]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:application/octet-stream;base64,aGk="}},
+        {"type": "text", "text": "x"},
+    ]
+    with pytest.raises(NotImplementedParam, match="raw"):
+        rq.generate_request(ol.GenerateBody(model="m", prompt="x", raw=True, images=["aGk="]))
 
 
 def test_generate_maps_format_for_chat_and_raw_prompts() -> None:
@@ -255,7 +266,7 @@ def test_refusals_are_ollama_shaped_400s_before_any_model_loads(client: TestClie
         ({"messages": ask, "format": "json", "tools": [WEATHER]}, "format"),
         ({"messages": ask, "format": 3}, "format"),
         ({"messages": ask, "tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools"),
-        ({"messages": [{**ask[0], "images": ["aGk="]}]}, "images"),
+        ({"messages": [{**ask[0], "images": [3]}]}, "images"),
     ]:
         r = client.post("/api/chat", json={**base, **body})
         assert r.status_code == 400, body

@@ -344,7 +344,6 @@ def test_what_is_not_implemented_is_refused_by_the_router(chat_server: RunningSe
     for extra, param in (
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"prediction": {"type": "content", "content": "x"}}, "prediction"),
-        ({"reasoning_effort": "low"}, "reasoning_effort"),
     ):
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(
@@ -353,6 +352,12 @@ def test_what_is_not_implemented_is_refused_by_the_router(chat_server: RunningSe
         body = err.value.body
         assert isinstance(body, dict)
         assert body["param"] == param and body["code"] == "unsupported_parameter"
+    with pytest.raises(openai.BadRequestError) as err:  # issue 49: SmolLM2 does not reason
+        client.chat.completions.create(
+            model=DEFAULT_MODEL, messages=ASK_WEATHER, max_tokens=4, reasoning_effort="low"
+        )
+    assert isinstance(err.value.body, dict) and err.value.body["param"] == "reasoning_effort"
+    assert "does not support thinking" in err.value.body["message"]
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=DEFAULT_MODEL, messages=ASK_WEATHER, max_tokens=0)
     assert isinstance(err.value.body, dict) and err.value.body["param"] == "max_tokens"

@@ -79,13 +79,25 @@ def test_openai_reasoning_content_whole_and_streamed(server: RunningServer) -> N
         whole = client.chat.completions.create(model=MODEL, messages=ASK, **GREEDY)  # type: ignore[arg-type]
         message: Any = whole.choices[0].message
         split(message.reasoning_content, message.content)
+        assert whole.usage is not None and whole.usage.completion_tokens_details is not None
+        spent = whole.usage.completion_tokens_details.reasoning_tokens
+        assert spent is not None and 0 < spent < whole.usage.completion_tokens
         thinking, answer = "", ""
-        stream = client.chat.completions.create(model=MODEL, messages=ASK, stream=True, **GREEDY)  # type: ignore[arg-type]
+        stream = client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            stream=True,
+            stream_options={"include_usage": True},
+            **GREEDY,  # type: ignore[arg-type]
+        )
         for chunk in stream:
             if chunk.choices:
                 delta: Any = chunk.choices[0].delta
                 thinking += getattr(delta, "reasoning_content", None) or ""
                 answer += delta.content or ""
+            elif chunk.usage is not None:
+                assert chunk.usage.completion_tokens_details is not None
+                assert chunk.usage.completion_tokens_details.reasoning_tokens == spent
     assert (thinking, answer) == (message.reasoning_content, message.content)
     # Lemonade's chat completions are OpenAI's: the same reasoning_content.
     with server.client() as c:
@@ -104,6 +116,8 @@ def test_responses_reasoning_item_whole_and_streamed(server: RunningServer) -> N
         thought: Any = whole.output[0]
         thinking = thought.content[0].text
         split(thinking, whole.output_text)
+        assert whole.usage is not None
+        assert 0 < whole.usage.output_tokens_details.reasoning_tokens < whole.usage.output_tokens
         events = list(
             client.responses.create(
                 model=MODEL,

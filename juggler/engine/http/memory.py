@@ -53,6 +53,8 @@ async def downsize(engine: Engine) -> dict[str, Any]:
     body: dict[str, Any] = {
         "downsized": done,
         "context_bytes": sum(a.get("context_bytes", 0) for a in answers),
+        # Issue 48: "downsize frees VRAM, and says how much".
+        "vram_bytes": sum(a.get("vram_bytes", 0) for a in answers),
         "sessions_parked": sum(a.get("sessions_parked", 0) for a in answers),
         "rss_before_bytes": before,
         "rss_after_bytes": after,
@@ -70,6 +72,7 @@ def memory_body(engine: Engine) -> dict[str, Any]:
     return {
         "rss_bytes": rss_bytes(),
         "context_bytes": sum(s.context_bytes for s in snaps),
+        "context_vram_bytes": sum(n for s in snaps for _, n in s.context_devices),
         "downsized": bool(snaps) and all(s.is_downsized for s in snaps),
         "restores": restores,
         "last_restore_ms": round(max((s.last_restore_s for s in snaps), default=0.0) * 1e3, 1),

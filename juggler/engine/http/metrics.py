@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from juggler.engine.media_prompt import media_counters
+
 if TYPE_CHECKING:
     from juggler.engine.runtime import Engine
 
@@ -32,6 +34,7 @@ def engine_counters(engine: Engine) -> dict[str, Any]:
         "kv_cache_usage_perc": used / total if total else 0.0,
         "decode_calls_total": sum(s.num_decodes for s in snaps),
         "decode_seconds_total": sum(s.decode_s for s in snaps),
+        "max_batch_sequences": max((s.max_batch_seqs for s in snaps), default=0),
         "kv_compactions_total": sum(s.num_compactions for s in snaps),
         "prefix_shares_total": sum(s.num_shares for s in snaps),
         "parked_sequences": sum(s.num_parked for s in snaps),
@@ -77,6 +80,7 @@ def stats_body(engine: Engine) -> dict[str, Any]:
     # the last request (llama.cpp `timings.cache_n` ...)".
     out["cache_tokens"] = out["prompt_tokens_reused"]
     out.update(engine_counters(engine))
+    out.update(media_counters(engine))
     if master is not None:
         t = master.totals
         out.update(

@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from juggler.api import openai as api
 from juggler.api import sse
+from juggler.api.media import IMAGE_SLOT
 from juggler.engine.http import responses as shape
 from juggler.engine.http.choices import (
     Choice,
@@ -45,6 +46,7 @@ from juggler.engine.http.streaming import (
     unless_gone,
 )
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.media_prompt import tokenize_with_images
 from juggler.engine.runtime import Engine
 from juggler.engine.schedule.messages import AdapterRef
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
@@ -55,8 +57,9 @@ from juggler.engine.structured.tools import (
     tool_grammar,
     tool_plan,
 )
-from juggler.engine.thinking.grammar import with_thinking
+from juggler.engine.thinking.grammar import answer_grammar
 from juggler.engine.thinking.template import NO_THINK, ThinkPlan, request_plan
+from juggler.engine.thinking.usage import with_reasoning
 from juggler.errors import BadRequest
 
 
@@ -88,12 +91,15 @@ async def start_choices(
 def render(
     engine: Engine, messages: list[dict[str, Any]], tools: Any = None, think: ThinkPlan = NO_THINK
 ) -> list[int]:
+    """The prompt's tokens (with its images', `api.media`)."""
     try:
         text = engine.render_chat(messages, tools, think.variables) + think.suffix
     except jinja2.TemplateError as exc:
         raise BadRequest(
             f"messages: the model's chat template refused them: {exc}", param="messages"
         ) from None
+    if IMAGE_SLOT in text:
+        return tokenize_with_images(engine, text)
     return engine.tokenize_prompt(text)
 
 
@@ -112,20 +118,10 @@ def chat_sampling(
         grammar = tool_grammar(plan)
     elif plan is not None and grammar is None:
         grammar = tool_grammar(plan)  # "none": plain text
-    grammar = answer_grammar(engine, grammar, raw=body.grammar is not None, think=think)
+    raw, default = body.grammar is not None, engine.config.flags.grammar
+    grammar = answer_grammar(grammar, raw=raw, on=think.on, inside=think.inside, default=default)
     top = (body.top_logprobs or 0) if body.logprobs else None
     return dataclasses.replace(params, grammar=grammar, top_logprobs=top)
-
-
-def answer_grammar(engine: Engine, grammar: str | None, *, raw: bool, think: ThinkPlan) -> str | None:
-    """A structured output's grammar holds the answer, after the thinking; a raw GBNF
-    `grammar` (llama-server's) holds the whole output, as does the model's `--grammar`
-    when the request gives none."""
-    if grammar is None:
-        return engine.config.flags.grammar
-    if raw or not think.on:
-        return grammar
-    return with_thinking(grammar, inside=think.inside)
 
 
 def chat_think(engine: Engine, caps: ToolCaps, body: api.ChatRequest) -> ThinkPlan:
@@ -194,9 +190,9 @@ async def chat(
     wants_logprobs = params.top_logprobs is not None
     if not body.stream:
         finals = await collect(sinks, request)
-        out = []
+        out, made = [], [Choice(i, plan, think) for i in range(n)]
         for i, ev in enumerate(finals):
-            c = Choice(i, plan, think)
+            c = made[i]
             c.feed(ev)
             out.append(
                 {
@@ -208,6 +204,8 @@ async def chat(
                 }
             )
         use = shape.choices_usage([ev.stats for ev in finals])
+        if think.reasons:
+            use = with_reasoning(use, engine.model.tokenize, (c.reasoning for c in made))
         return shape.chat_response(rid, name, out, use)
     created = int(time.time())
     choices = [Choice(i, plan, think) for i in range(n)]
@@ -254,9 +252,10 @@ async def chat(
         tail = []
         if body.include_usage:
             use = shape.choices_usage(stats)
-            tail.append(
-                sse.data(shape.usage_chunk(rid, name, created, "chat.completion.chunk", use))
-            )
+            if think.reasons:
+                use = with_reasoning(use, engine.model.tokenize, (c.reasoning for c in choices))
+            kind = "chat.completion.chunk"
+            tail.append(sse.data(shape.usage_chunk(rid, name, created, kind, use)))
         yield b"".join([*tail, sse.DONE])
 
     return sse_response(frames(), sinks)

@@ -46,6 +46,7 @@ from juggler.engine.thinking.template import (
     ThinkPlan,
     think_plan,
 )
+from juggler.engine.thinking.usage import count_reasoning
 from juggler.errors import BadRequest, render
 
 _DEFAULTS = SamplingParams()
@@ -201,6 +202,8 @@ async def create(
             output=output,
             stats=ev.stats,
         )
+        spent = count_reasoning(engine.model.tokenize, [choice.reasoning])
+        obj["usage"]["output_tokens_details"]["reasoning_tokens"] = spent
         if body.store:
             answer = _assistant_turn(choice)
             s = ev.stats

@@ -32,6 +32,7 @@ from juggler.backend_key import ENV as KEY_ENV
 from juggler.backend_key import HEADER, key_matches
 from juggler.engine.http import memory, openai_routes, responses_api, slots
 from juggler.engine.http import responses as shape
+from juggler.engine.http.device_info import device_body
 from juggler.engine.http.fast_lane import FastLane, error_response, is_small, parse
 from juggler.engine.http.metrics import render_metrics, stats_body
 from juggler.engine.http.requests import adapter_ref, sampling_params, template_messages
@@ -112,10 +113,11 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
             "status": "ok",
             "model": name,
             "type": str(engine.config.type),
-            "device": engine.device,
+            **device_body(engine),
             "workers": engine.config.num_workers,
             "parallel": flags.parallel,
             "ctx_size": flags.ctx_size,
+            "kv_cells": flags.n_cells,
             "threads_batch": flags.threads_batch,
             "pid": os.getpid(),
             "chat_template": engine.template.origin,

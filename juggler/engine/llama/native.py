@@ -22,6 +22,7 @@ import llama_cpp.llama_cpp as C
 
 from juggler.engine.llama.native_context import Batch, Context
 from juggler.engine.llama.native_sampler import Sampler, check_grammar
+from juggler.engine.llama.placement import TAP, Recording
 from juggler.engine.llama.ports import ContextParams, LlamaContext
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.errors import BadRequest, CheckpointMissing, EngineError, LoadFailed
@@ -40,8 +41,10 @@ def init_backend(*, verbose: bool = False) -> None:
             return
         # llama-cpp-python prints every llama.cpp log line unless its logger says otherwise.
         logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.ERROR)
-        import llama_cpp._logger  # noqa: F401  (installs the log callback)
+        import llama_cpp._logger  # noqa: F401  (installs its log callback, replaced here)
 
+        # Ours reads what llama.cpp placed on which device (`placement`).
+        TAP.install(verbose=verbose)
         C.llama_backend_init()
         _backend_ready = True
 
@@ -50,8 +53,19 @@ def supports_gpu_offload() -> bool:
     return bool(C.llama_supports_gpu_offload())
 
 
+def offloaded_layers(model: Model) -> int:
+    """The layers llama.cpp said it offloaded while loading `model` (0 when it said
+    nothing: a library without GPU offload, or no GPU device)."""
+    said = model.placement.offloaded
+    return said[0] if said is not None and supports_gpu_offload() else 0
+
+
 class Model:
-    """A loaded `llama_model` and its vocabulary; read-only after construction."""
+    """A loaded `llama_model` and its vocabulary; read-only after construction.
+
+    `placement` is what llama.cpp logged while loading it: the layers it offloaded and
+    the model buffers on each device. With `n_gpu_layers` 0 the model gets no GPU at all
+    (an empty device list), so a CPU load of a GPU build runs and reports as the CPU."""
 
     def __init__(self, path: str, *, n_gpu_layers: int = 0, use_mmap: bool = True) -> None:
         init_backend()
@@ -59,11 +73,16 @@ class Model:
             raise CheckpointMissing(f"model file not found: {path}")
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        no_devices = (ctypes.c_void_p * 1)()  # NULL-terminated: none
+        if n_gpu_layers == 0:
+            params.devices = ctypes.addressof(no_devices)
         if not use_mmap:  # llama-server's --no-mmap: read the file into memory
             params.load_mode = C.LLAMA_LOAD_MODE_NONE
-        model = C.llama_model_load_from_file(path.encode(), params)
+        with TAP.record() as recording:
+            model = C.llama_model_load_from_file(path.encode(), params)
         if not model:
             raise LoadFailed(f"llama.cpp could not load the model file {path}")
+        self.placement: Recording = recording
         self.ptr: Any = model
         self.vocab: Any = C.llama_model_get_vocab(model)
         self.n_vocab = int(C.llama_vocab_n_tokens(self.vocab))
@@ -77,6 +96,8 @@ class Model:
         self.eos = int(C.llama_vocab_eos(self.vocab))
         self.sep = int(C.llama_vocab_sep(self.vocab))
         self.architecture = self.meta("general.architecture") or "unknown"
+        #: Layers as llama.cpp counts them for offloading: the repeating ones and the output.
+        self.num_layers = int(C.llama_model_n_layer(model)) + 1
         self._pieces: dict[int, bytes] = {}
         #: Whether each token asked about so far ends generation (asked every token).
         self._is_eog: dict[int, bool] = {}
@@ -151,7 +172,11 @@ class Model:
 
     # -- per-worker objects (called on the worker thread that will own them) -----------
     def new_context(self, params: ContextParams) -> Context:
-        return Context(self.ptr, self.n_vocab, params)
+        """A context; its `placement` is what llama.cpp logged making it (its buffers)."""
+        with TAP.record() as recording:
+            ctx = Context(self.ptr, self.n_vocab, params)
+        ctx.placement = recording
+        return ctx
 
     def new_batch(self, capacity: int) -> Batch:
         return Batch(capacity)

@@ -87,6 +87,8 @@ class Context:
         if not ctx:
             raise LoadFailed("llama.cpp could not create a context (out of memory or bad params)")
         self.ptr: Any = ctx
+        #: What llama.cpp logged about its buffers (set by `Model.new_context`).
+        self.placement: Any = None
         self.n_vocab = n_vocab
         self.n_ctx = int(C.llama_n_ctx(ctx))
         self.n_batch = int(C.llama_n_batch(ctx))

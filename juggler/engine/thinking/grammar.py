@@ -38,3 +38,16 @@ def with_thinking(grammar: str, *, inside: bool) -> str:
     the prompt opened the `<think>` (`inside`), after the rest of the thinking."""
     head = "juggler-t0 juggler-gap" if inside else '("<think>" juggler-t0 juggler-gap)?'
     return f"root ::= {head} {ANSWER_ROOT}\n{_THINKING}\n{rename_root(grammar)}"
+
+
+def answer_grammar(
+    grammar: str | None, *, raw: bool, on: bool, inside: bool, default: str | None
+) -> str | None:
+    """A structured output's grammar holds the answer, after the thinking (`on`); a raw
+    GBNF `grammar` (llama-server's: `raw`) holds the whole output, as does the model's
+    `--grammar` (`default`) when the request gives none."""
+    if grammar is None:
+        return default
+    if raw or not on:
+        return grammar
+    return with_thinking(grammar, inside=inside)

@@ -22,6 +22,7 @@ EAGER_PREFILL_GRACE_S = 0.03
 
 @dataclass(frozen=True)
 class WorkerConfig:
+    #: KV cells of the context (--kv-cells, else --ctx-size), shared by its sequences.
     n_ctx: int
     n_batch: int
     n_seq_max: int
@@ -48,6 +49,10 @@ class WorkerConfig:
     #: Prompt-lookup speculative decoding for requests that do not say, and its longest draft.
     speculative: bool = True
     spec_draft_max: int = 128
+    #: Tokens one sequence may hold (--ctx-size); None: n_ctx.
+    max_seq_tokens: int | None = None
+    #: Where a projector encodes images while other streams decode (issue 51).
+    image_encode: str = "background"
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,8 @@ class WorkerSnapshot:
     kv_total: int = 0
     num_decodes: int = 0
     decode_s: float = 0.0
+    #: The most sequences one decode has held.
+    max_batch_seqs: int = 0
     num_compactions: int = 0
     #: Prompts that started on a prefix shared from another sequence's cells.
     num_shares: int = 0
@@ -79,6 +86,9 @@ class WorkerSnapshot:
     #: when it was made); restores after downsizes, and how long the last one took.
     is_downsized: bool = False
     context_bytes: int = 0
+    #: Its context's buffers on each GPU device (KV, compute, output), as llama.cpp
+    #: logged them; () while downsized or on the CPU (issue 48).
+    context_devices: tuple[tuple[str, int], ...] = ()
     num_restores: int = 0
     last_restore_s: float = 0.0
     #: LoRA (seed 004): adapters loaded; run by generating requests; wanted by waiting ones.

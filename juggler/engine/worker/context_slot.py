@@ -30,6 +30,12 @@ log = logging.getLogger(__name__)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def device_buffers(ctx: object) -> tuple[tuple[str, int], ...]:
+    """A context's buffers per GPU device, from its `placement` (none for a fake)."""
+    placement = getattr(ctx, "placement", None)
+    return tuple(placement.by_device().items()) if placement is not None else ()
+
+
 def rss_bytes() -> int:
     """This process's resident memory (0 where /proc is missing)."""
     try:
@@ -56,6 +62,8 @@ class ContextSlot:
         self._removals_before = 0
         #: Resident memory the context took when it was last made.
         self.bytes = 0
+        #: Bytes of its buffers on each GPU device, as llama.cpp logged them (issue 48).
+        self.devices: tuple[tuple[str, int], ...] = ()
         #: How often it was freed and made again, and how long the last making took.
         self.num_releases = 0
         self.last_make_s = 0.0
@@ -74,6 +82,7 @@ class ContextSlot:
             self._ctx = self._make()
             self.last_make_s = time.perf_counter() - t0
             self.bytes = max(0, rss_bytes() - before)
+            self.devices = device_buffers(self._ctx)
         return self._ctx
 
     def release(self) -> None:

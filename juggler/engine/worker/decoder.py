@@ -25,6 +25,7 @@ from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.worker.adapters import AdapterSet, busy_adapters
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.kv import KvBook
+from juggler.engine.worker.media_feed import MediaFeed
 from juggler.engine.worker.session import Session, SessionState
 from juggler.engine.worker.session_api import SessionApi
 from juggler.engine.worker.table import SessionTable
@@ -72,10 +73,14 @@ class Decoder:
         self.worker_id = worker_id
         self.num_decodes = 0
         self.decode_s = 0.0
+        #: The most sequences one decode has held (issue 48: streams that run together).
+        self.max_batch_seqs = 0
         #: The session the last tick decoded alone, one token and its drafts, while
         #: nothing else had work: until a command comes (`Worker.dispatch` clears it),
         #: the next tick decodes it again without planning (`run_lone`).
         self.lone: Session | None = None
+        #: The worker's images, when the model has a projector (issue 51).
+        self.media: MediaFeed | None = None
 
     def run(self, tick: int) -> Outcome:
         """One tick after the commands: cancellations, admission, room, plan, decode,
@@ -93,11 +98,9 @@ class Decoder:
             for s in sorted(self.table.values(), key=lambda s: s.seq_id)
             if s.state is not SessionState.CACHED and s.pending and s.has_seq
         ]
-        work = [
-            batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits, s.num_draft)
-            for s in busy
-            if self._adapter_ready(s)
-        ]
+        if self.media is not None:
+            self.media.others_busy = len(busy) > 1 or bool(self.api.waiting)
+        work = [self._work(s) for s in busy if self._adapter_ready(s) and self._fed(s)]
         demand = min(sum(batching.schedulable(w) for w in work), self.batch.capacity)
         free = self.kv.make_room(demand)
         # 5. plan
@@ -119,6 +122,8 @@ class Decoder:
             for part in batching.exact_decodes(chunks):
                 if not self._decode(part, by_seq):
                     return Outcome.FAILED
+        if self.media is not None and self.media.encoding:
+            self.media.decodes_beside += 1  # other streams went on while one was encoded
         api = self.api
         if len(busy) == 1 and len(plan.chunks) == 1 and not api.waiting and not api.pending:
             chunk = plan.chunks[0]
@@ -146,6 +151,18 @@ class Decoder:
         if self._decode((Chunk(s.seq_id, n, True, n),), {s.seq_id: s}):
             self.lone = s  # the context still runs with its adapter: nothing else ran
 
+    def _fed(self, s: Session) -> bool:
+        """The images at the front of `s`'s input are decoded (`media_feed`)."""
+        if self.media is None or not s.pending or s.pending[0] >= 0:
+            return True
+        self.adapters.apply(s.adapter)
+        return self.media.feed(s) and bool(s.pending)
+
+    def _work(self, s: Session) -> batching.SeqWork:
+        if self.media is not None:
+            return self.media.work(s)
+        return batching.SeqWork(s.seq_id, len(s.pending), s.needs_logits, s.num_draft)
+
     def _adapter_ready(self, s: Session) -> bool:
         """Whether `s` may decode now: no adapter, or its adapter is (or gets) loaded."""
         if self.adapters.is_loaded(s.adapter):
@@ -165,6 +182,7 @@ class Decoder:
         took = time.perf_counter() - t0
         self.num_decodes += 1
         self.decode_s += took
+        self.max_batch_seqs = max(self.max_batch_seqs, len(chunks))
         if rc == 0:
             # Only decoding rows (no prompt prefill): what sizes the next drafts, by the
             # cells its rows attend to (`n_past` is still what it was before the decode).

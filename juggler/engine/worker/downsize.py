@@ -40,14 +40,19 @@ class SoftIdle:
         runs or waits: the manager only downsizes idle models, and a request that came
         first wins (seed 002's rescue)."""
         if self.ctx.is_released:
-            return {"downsized": True, "context_bytes": 0, "sessions_parked": 0}
+            return {"downsized": True, "context_bytes": 0, "vram_bytes": 0, "sessions_parked": 0}
         if self.table.is_generating() or self.api.waiting:
             return {"downsized": False, "reason": "busy"}
         parked = self._park_all()
-        freed = self.ctx.bytes
+        freed, vram = self.ctx.bytes, sum(n for _, n in self.ctx.devices)
         self.ctx.release()
         log.info("worker %d: downsized (context freed, %d sessions parked)", self.worker_id, parked)
-        return {"downsized": True, "context_bytes": freed, "sessions_parked": parked}
+        return {
+            "downsized": True,
+            "context_bytes": freed,
+            "vram_bytes": vram,
+            "sessions_parked": parked,
+        }
 
     def _park_all(self) -> int:
         """Park every idle session and cached prefix; returns how many sessions."""

@@ -45,6 +45,7 @@ from juggler.engine.schedule.messages import (
 from juggler.engine.schedule.stream import RequestStats
 from juggler.engine.threads import ThreadGovernor
 from juggler.engine.worker.config import WorkerConfig, WorkerSnapshot
+from juggler.engine.worker.context_slot import device_buffers
 from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.errors import (
     BadRequest,
@@ -160,7 +161,8 @@ class EmbedWorker(OwnerThread):
             self.ctx.close()
             raise JugglerError("the model has no pooling type; it cannot serve embeddings")
         self.batch = self.model.new_batch(self.ctx.n_batch)
-        self.snapshot = WorkerSnapshot(kv_total=self.ctx.n_ctx)
+        self._devices = device_buffers(self.ctx)
+        self.snapshot = WorkerSnapshot(kv_total=self.ctx.n_ctx, context_devices=self._devices)
 
     def serve(self) -> None:
         """Each turn: (1) hand the loop what is ready, (2) take every command waiting
@@ -175,7 +177,10 @@ class EmbedWorker(OwnerThread):
                 self._step()  # 4.
             self.holds_work = bool(self._jobs)
             self.snapshot = WorkerSnapshot(
-                num_running=len(self._jobs), kv_total=self.ctx.n_ctx, num_decodes=self.num_pieces
+                num_running=len(self._jobs),
+                kv_total=self.ctx.n_ctx,
+                num_decodes=self.num_pieces,
+                context_devices=self._devices,
             )
 
     def _take(self, *, block: bool) -> bool:

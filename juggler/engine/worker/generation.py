@@ -74,7 +74,7 @@ class Generations:
         self.notify = notify
         self.clock = clock
         self.worker_id = worker_id
-        self.n_ctx = kv.n_ctx
+        self.n_ctx = kv.max_seq  # one sequence's tokens (--ctx-size)
         #: Speculative decoding for requests that do not say, and its longest draft.
         self.speculative = speculative
         self.spec_draft_max = spec_draft_max
@@ -232,6 +232,8 @@ class Generations:
             depth,
             alone=len(running) == 1 and not self.crowded(),
         )
+        if draft and min(draft) < 0:  # never an image's placeholder (`llama.media`)
+            draft = draft[: next(i for i, t in enumerate(draft) if t < 0)]
         if draft:
             s.pending.extend(draft)
             s.num_draft = len(draft)

@@ -16,6 +16,7 @@ from typing import Any
 from juggler.engine.cache.prefix_cache import common_prefix_len
 from juggler.engine.llama.chat import ChatState, ChatTemplate
 from juggler.engine.llama.ports import Logits, Vocab
+from juggler.engine.media_images import tokenize_text
 from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.policy import overflow_message, room_error
 from juggler.engine.worker.session import Session
@@ -27,11 +28,15 @@ class SessionInputs:
         self.vocab = vocab
         self.template = template
         self.kv = kv
-        self.n_ctx = kv.n_ctx
+        #: Tokens one sequence may hold (--ctx-size; at most the worker's cells).
+        self.n_ctx = kv.max_seq
 
     def check_room(self, held: int, num_new: int) -> None:
         """Refuse input that cannot fit (see `policy.room_error`)."""
-        error = room_error(held=held, num_new=num_new, live_cells=self.kv.live(), n_ctx=self.n_ctx)
+        kv = self.kv
+        error = room_error(
+            held=held, num_new=num_new, live_cells=kv.live(), n_ctx=self.n_ctx, n_cells=kv.n_ctx
+        )
         if error is not None:
             raise error
 
@@ -56,7 +61,7 @@ class SessionInputs:
             raise BadRequest("this is a chat session: send messages, not text", param="text")
         total = s.n_past + len(s.pending)
         add_special = total == 0 and self.vocab.add_bos
-        new = self.vocab.tokenize(text or "", add_special=add_special)
+        new = tokenize_text(self.vocab, text or "", add_special=add_special)
         self.check_room(total, len(new))
         s.pending.extend(new)
         return len(new)
@@ -134,7 +139,7 @@ class SessionInputs:
         if delta is not None:
             held = s.n_past + len(s.pending)
             add_special = held == 0 and self.vocab.add_bos and not (bos and delta.startswith(bos))
-            new = self.vocab.tokenize(delta, add_special=add_special)
+            new = tokenize_text(self.vocab, delta, add_special=add_special)
             self.check_room(held, len(new))
             s.pending.extend(new)
             chat.text += delta
@@ -143,7 +148,7 @@ class SessionInputs:
             # The template rewrote earlier turns: diff at the token level instead.
             full = chat.full_text(self.template, list(messages))
             add_special = self.vocab.add_bos and not (bos and full.startswith(bos))
-            target = self.vocab.tokenize(full, add_special=add_special)
+            target = tokenize_text(self.vocab, full, add_special=add_special)
             if len(target) >= self.n_ctx:
                 raise ContextOverflow(overflow_message(len(target), self.n_ctx))
             keep = common_prefix_len([*s.tokens, *s.pending], target)

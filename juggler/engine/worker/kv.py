@@ -55,6 +55,8 @@ class KvBook:
         self.ctx = ctx
         self.table = table
         self.n_ctx = ctx.n_ctx
+        #: Tokens one sequence may hold (--ctx-size; the worker sets it, at most n_ctx).
+        self.max_seq = self.n_ctx
         self.worker_id = worker_id
         #: Most KV cells that cached sequences of finished stateless requests may keep.
         self.cache_cells = cache_cells

@@ -64,14 +64,18 @@ def park_victim(sessions: Iterable[Session], *, keep: Session | None = None) -> 
     return min(idle, key=lambda s: s.last_used, default=None)
 
 
-def room_error(*, held: int, num_new: int, live_cells: int, n_ctx: int) -> ContextOverflow | None:
+def room_error(
+    *, held: int, num_new: int, live_cells: int, n_ctx: int, n_cells: int | None = None
+) -> ContextOverflow | None:
     """Why `num_new` more tokens do not fit, or None: a sequence holding `held` tokens
-    may not reach `n_ctx` (--ctx-size), and neither may the cells that live sessions
-    share (cached sequences count as free: they are evicted on demand)."""
+    may not reach `n_ctx` (--ctx-size), and the cells that live sessions share may not
+    reach the worker's `n_cells` (--kv-cells; `n_ctx` when None; cached sequences count
+    as free: they are evicted on demand)."""
+    cells = n_ctx if n_cells is None else n_cells
     if held + num_new >= n_ctx:
         return ContextOverflow(overflow_message(held + num_new, n_ctx))
-    if live_cells + num_new >= n_ctx:
-        return ContextOverflow(full_message(live_cells, num_new, n_ctx))
+    if live_cells + num_new >= cells:
+        return ContextOverflow(full_message(live_cells, num_new, cells))
     return None
 
 
@@ -85,5 +89,5 @@ def overflow_message(num_tokens: int, n_ctx: int) -> str:
 def full_message(live_cells: int, num_new: int, n_ctx: int) -> str:
     return (
         f"the KV cache is full: live sessions hold {live_cells} of {n_ctx} cells and this "
-        f"request needs {num_new} more; end idle sessions or raise --ctx-size"
+        f"request needs {num_new} more; end idle sessions or raise kv_cells"
     )

@@ -310,8 +310,8 @@ class SessionApi:
         prefix; a request that cannot start is answered with its error."""
         s = self.kv.start_ephemeral(cmd.request_id, cmd.prompt, reuse, cmd.adapter)
         try:
-            if len(cmd.prompt) >= self.kv.n_ctx:
-                raise ContextOverflow(overflow_message(len(cmd.prompt), self.kv.n_ctx))
+            if len(cmd.prompt) >= self.kv.max_seq:
+                raise ContextOverflow(overflow_message(len(cmd.prompt), self.kv.max_seq))
             self.adapters.load(cmd.adapter, self._busy())
             self.gens.begin(s, cmd.params, cmd.sink, cmd.t_arrival)
         except JugglerError as exc:

@@ -66,6 +66,7 @@ from juggler.engine.worker.downsize import SoftIdle
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.inputs import SessionInputs
 from juggler.engine.worker.kv import KvBook
+from juggler.engine.worker.media_feed import media_feed_for
 from juggler.engine.worker.owner_thread import OwnerThread
 from juggler.engine.worker.session_api import SessionApi
 from juggler.engine.worker.snapshot import take_snapshot
@@ -152,6 +153,7 @@ class Worker(OwnerThread):
             park_budget_bytes=cfg.park_budget_bytes,
             worker_id=wid,
         )
+        self.kv.max_seq = min(cfg.max_seq_tokens or n_ctx, n_ctx)
         self.adapters = AdapterSet(self.model, self.ctx, cfg.max_active_adapters)
         inputs = SessionInputs(self.model, self.template, self.kv)
         self.gens = Generations(
@@ -191,6 +193,7 @@ class Worker(OwnerThread):
             max_prefill_chunk=cfg.max_prefill_chunk,
             worker_id=wid,
         )
+        self.decoder.media = media_feed_for(self.model, self.ctx, self.kv, self.gens, cfg, wid)
         self.soft_idle = SoftIdle(self.ctx, self.table, self.api, wid)
         self.publish()
 
@@ -207,6 +210,8 @@ class Worker(OwnerThread):
             if s.generation is not None:
                 self.gens.finish(s, "cancelled", error=JugglerError("the backend is shutting down"))
         self.outbox.flush()
+        if self.decoder.media is not None:
+            self.decoder.media.close()
         self.decoder.batch.close()
         self.adapters.close()
         self.ctx.close()

@@ -32,6 +32,7 @@ import json
 from typing import Any
 
 from juggler.errors import BadRequest, NotImplementedParam
+from juggler.router.anthropic.images import image_part_of, joined
 from juggler.router.anthropic.thinking import request_thinking, thinking_text
 from juggler.router.anthropic.wire import (
     AnthropicMessage,
@@ -47,12 +48,10 @@ from juggler.router.anthropic.wire import (
     ToolChoiceTool,
 )
 
-NO_VISION = "Juggler serves no vision model (no image projector is loaded)"
 NO_REDACTED = "Juggler writes no redacted thinking, so there is none to send back"
 NO_SERVER_TOOLS = "Juggler runs client tools only (no server tools)"
 #: Why a content block of each type is refused.
 REFUSED_BLOCKS = {
-    "image": NO_VISION,
     "document": "documents are not read (no vision model, no PDF text extraction)",
     "redacted_thinking": NO_REDACTED,
     "search_result": "search results with citations are not built",
@@ -115,7 +114,7 @@ def chat_messages(
     calls: dict[str, str] = {}  # tool_use id -> name, for the results that answer them
     turns = _turns(messages)
     for role, blocks in turns:
-        texts: list[str] = []
+        texts: list[Any] = []  # text, and a user's images as OpenAI parts (issue 51)
         thoughts: list[str] = []
         tool_calls: list[dict[str, Any]] = []
         for param, b in blocks:
@@ -128,9 +127,11 @@ def chat_messages(
                 arguments = json.dumps(b.input, ensure_ascii=False)
                 fn = {"name": b.name, "arguments": arguments}
                 tool_calls.append({"id": b.id, "type": "function", "function": fn})
+            elif getattr(b, "type", None) == "image" and role == "user":
+                texts.append(image_part_of(param, b))
             elif isinstance(b, AnthropicToolResult) and role == "user":
                 if texts:  # text before a result stays before it
-                    out.append({"role": "user", "content": "\n\n".join(texts)})
+                    out.append({"role": "user", "content": joined(texts)})
                     texts = []
                 out.append(_tool_message(param, b, calls))
             else:
@@ -143,7 +144,7 @@ def chat_messages(
                 msg["tool_calls"] = tool_calls
             out.append(msg)
         elif texts or role == "system":
-            out.append({"role": role, "content": "\n\n".join(texts)})
+            out.append({"role": role, "content": joined(texts)})
     if turns[-1][0] == "assistant":
         raise NotImplementedParam(
             f"messages.{len(messages) - 1}",

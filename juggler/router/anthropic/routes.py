@@ -23,6 +23,7 @@ from juggler.router.anthropic.request import chat_body, prompt_fields
 from juggler.router.anthropic.wire import MessagesRequest, PromptBody, validated
 from juggler.router.core.bodies import read_json
 from juggler.router.core.deps import state_of
+from juggler.router.core.image_fetch import inline_images
 from juggler.router.core.openapi import body_of
 from juggler.router.core.relay import read_whole, translated
 
@@ -37,6 +38,7 @@ async def _forward(
 ) -> Response:
     """Send the chat body to the model's backend (a LoRA adapter runs on its base)."""
     state = state_of(request)
+    await inline_images(chat, state.settings)  # url image sources, where allowed (issue 51)
     target = state.adapters.route(model, chat)
     end = state.adapters.hold(target)
     try:

@@ -17,6 +17,7 @@ from typing import Any
 from juggler.reasoning import template_reasons
 from juggler.registry.checkpoint import is_available, local_file
 from juggler.registry.gguf_meta import GgufError, GgufInfo, read_info
+from juggler.registry.mmproj import labels_of
 from juggler.types import ModelInfo
 
 STARTED = int(time.time())
@@ -55,8 +56,9 @@ def file_facts(info: ModelInfo) -> FileFacts:
 
 
 def listed_labels(info: ModelInfo, facts: FileFacts) -> list[str]:
-    """The model's labels, `reasoning` too when its GGUF's chat template thinks (issue 49)."""
-    labels = list(info.labels)
+    """The model's labels (`vision` with a projector), `reasoning` too when its GGUF's
+    chat template thinks (issue 49)."""
+    labels = list(labels_of(info))
     template = facts.gguf.metadata.get("tokenizer.chat_template") if facts.gguf else None
     if "reasoning" not in labels and template_reasons(template):
         labels.append("reasoning")

@@ -46,6 +46,8 @@ class MetricsView:
     lora_changed_at: float = 0.0
     #: Lemonade's `lemonade_*` families, beside the vLLM ones (None: left out).
     lemonade: LemonadeView | None = None
+    #: Per model: bytes it holds on the GPU and its layers offloaded (issue 48).
+    vram: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def totals(self) -> Totals:
@@ -190,6 +192,22 @@ class ViewCollector(Collector):
         for b in backends:
             loaded.add_metric([b.model, b.model_type, b.device, str(b.pinned).lower()], 1)
         yield loaded
+        vram = GaugeMetricFamily(
+            "juggler:model_vram_bytes",
+            "GPU memory a model's backend holds (NVML's per-process figure where NVML "
+            "answers, else llama.cpp's buffers); 0 on the CPU.",
+            labels=["model"],
+        )
+        layers = GaugeMetricFamily(
+            "juggler:model_gpu_layers",
+            "Layers llama.cpp offloaded to the GPU, per model.",
+            labels=["model"],
+        )
+        for b in backends:
+            held, offloaded = self.view.vram.get(b.model, (0, 0))
+            vram.add_metric([b.model], held)
+            layers.add_metric([b.model], offloaded)
+        yield from (vram, layers)
         yield _gauge("juggler:models_loaded", "Loaded models.", len(backends))
 
 

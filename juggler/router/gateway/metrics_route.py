@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from juggler.manager.vram import shown_bytes
 from juggler.router.core.deps import state_of
 from juggler.router.gateway.adapter_routes import max_active_adapters
 from juggler.router.gateway.lemonade_metrics import LemonadeView
@@ -34,6 +35,11 @@ async def metrics(request: Request) -> Response:
         totals=poller.totals(figures),
         max_models=state.manager.max_models(),
     )
+    per_pid = await state.manager.vram.per_pid()
+    vram = {
+        s.model_name: (shown_bytes(s.gpu, s.pid, per_pid)[0], s.gpu.offloaded_layers)
+        for s in state.manager.snapshot()
+    }
     view = MetricsView(
         backends=tuple(figures),
         router_waiting=state.proxy.num_waiting,
@@ -42,6 +48,7 @@ async def metrics(request: Request) -> Response:
         lora_changed_at=state.figures.lora_changed_at,
         default_max_lora=max_active_adapters(state.settings.llamacpp_args),
         lemonade=lemonade,
+        vram=vram,
     )
     return Response(exposition(view), media_type=CONTENT_TYPE)
 

@@ -4,6 +4,7 @@ guarded by the admin key. (Pull and delete: model_routes; /internal/set and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -11,6 +12,8 @@ from fastapi import APIRouter, Request
 
 from juggler import __version__
 from juggler.manager.memory import process_rss
+from juggler.manager.snapshot import ServerSnapshot
+from juggler.manager.vram import shown_bytes
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import is_admin, is_local_owner, state_of
 from juggler.router.core.figures import lemonade_counters
@@ -46,9 +49,10 @@ async def health(request: Request) -> dict[str, Any]:
     manager = state.manager
     recent = manager.most_recent()
     streaming = state.proxy.streaming_models()
+    per_pid = await manager.vram.per_pid()
     entries = []
     for snap in manager.snapshot():
-        entry = with_memory(snap.to_health())
+        entry = with_memory(snap, per_pid)
         entry["is_streaming"] = snap.model_name in streaming
         entries.append(entry)
     return {
@@ -66,12 +70,18 @@ async def health(request: Request) -> dict[str, Any]:
     }
 
 
-def with_memory(entry: dict[str, Any]) -> dict[str, Any]:
-    """A health entry with the memory its backend holds now (resident, from /proc)."""
-    pid = entry.get("pid")
+def with_memory(snap: ServerSnapshot, per_pid: Mapping[int, int]) -> dict[str, Any]:
+    """A health entry with the memory its backend holds now: resident (from /proc) and
+    on the GPU (issue 48: NVML's per-process figure, else llama.cpp's buffers)."""
+    entry = snap.to_health()
+    pid = snap.pid
+    vram, source = shown_bytes(snap.gpu, pid, per_pid)
     entry["memory"] = {
         "rss_bytes": process_rss(pid) if isinstance(pid, int) else None,
-        "downsizable_bytes": entry.get("downsizable_bytes", 0),
+        "downsizable_bytes": snap.downsizable_bytes,
+        "vram_bytes": vram,
+        "vram_source": source if vram else None,
+        "downsizable_vram_bytes": snap.gpu.downsizable_vram_bytes,
     }
     return entry
 

@@ -19,6 +19,7 @@ Entity").
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from juggler.api import sse
 from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import CheckpointMissing, ModelNotFound, render
 from juggler.registry.checkpoint import LocalRef, parse_checkpoint
+from juggler.registry.mmproj import projector_for
 from juggler.router.core.bodies import parse
 from juggler.router.core.catalog_view import model_entry
 from juggler.router.core.deps import RouterState, is_admin, is_local_owner, state_of
@@ -43,6 +45,7 @@ from juggler.router.core.pulls import (
 )
 from juggler.router.core.security import check_registration
 from juggler.router.lemonade.schemas import DeleteRequest, PullRequest, RegisterRequest
+from juggler.types import ModelInfo
 
 router = APIRouter()
 
@@ -78,11 +81,16 @@ def _plan(
         command=body.command,
     )
     ref = None
+    projector = body.projector()
     if checkpoint:
         ref = hf_ref_of(checkpoint)
         local = parse_checkpoint(checkpoint)
         if isinstance(local, LocalRef) and not local.path.is_file():
             raise CheckpointMissing(f"model file not found: {local.path}", param="checkpoint")
+        if projector and ref is not None:  # fetched with the model (issue 51)
+            ref = dataclasses.replace(ref, extra_files=(projector,))
+        elif projector and isinstance(local, LocalRef):
+            projector_for(ModelInfo(body.model_name, checkpoint, mmproj=projector), local.path)
 
     def register() -> None:
         state.registry.add_user_model(
@@ -93,6 +101,7 @@ def _plan(
             command=body.command,
             health_path=body.health_path,
             device=body.device,
+            mmproj=projector,
         )
 
     return ref, register

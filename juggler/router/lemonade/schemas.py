@@ -108,6 +108,13 @@ class PinRequest(BaseModel):
         return cls(model_name=name, pinned=pinned)
 
 
+def projector_name(v: str | None) -> str | None:
+    """A projector's file name, checked: a .gguf file, no folders (issue 51)."""
+    if v is not None and (not v.endswith(".gguf") or "/" in v or "\\" in v or "\x00" in v):
+        raise ValueError("mmproj names a .gguf file beside the checkpoint's (no folders)")
+    return v or None
+
+
 class PullRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -124,7 +131,8 @@ class PullRequest(BaseModel):
     vision: StrictBool = False
     embedding: StrictBool = False
     reranking: StrictBool = False
-    #: Vision projectors: not supported (no image input), refused when given.
+    #: The vision projector: a file of the checkpoint's repository (downloaded with it),
+    #: or for a local checkpoint a file beside it (issue 51).
     mmproj: StrictStr | None = None
     command: StrictStr | None = None
     health_path: StrictStr = "/health"
@@ -132,18 +140,38 @@ class PullRequest(BaseModel):
 
     @field_validator("mmproj")
     @classmethod
-    def _no_vision(cls, v: str | None) -> str | None:
-        if v:
-            raise ValueError("vision models (mmproj) are not supported by Juggler")
-        return v
+    def _projector_file(cls, v: str | None) -> str | None:
+        return projector_name(v)
 
     @field_validator("checkpoints")
     @classmethod
     def _main_only(cls, v: dict[str, str] | None) -> dict[str, str] | None:
         for kind in v or {}:
-            if kind != "main":
-                raise ValueError(f"only the main checkpoint is supported, not {kind!r}")
+            if kind not in ("main", "mmproj"):
+                raise ValueError(
+                    f"only the main and mmproj checkpoints are supported, not {kind!r}"
+                )
         return v
+
+    def projector(self) -> str | None:
+        """The projector's file name: `mmproj`, or `checkpoints.mmproj` (`org/repo:FILE`
+        of the main checkpoint's repository) (issue 51)."""
+        given = (self.checkpoints or {}).get("mmproj")
+        if not given:
+            return self.mmproj
+        repo, sep, name = given.rpartition(":")
+        main = self.main_checkpoint()
+        if not sep or main.rpartition(":")[0] not in (repo, main) or "/" in name:
+            raise BadRequest(
+                "checkpoints.mmproj: org/repo:FILE.gguf of the main checkpoint's repository",
+                param="checkpoints.mmproj",
+            )
+        if self.mmproj and self.mmproj != name:
+            raise BadRequest("mmproj and checkpoints.mmproj differ", param="mmproj")
+        try:
+            return projector_name(name)
+        except ValueError as exc:
+            raise BadRequest(f"checkpoints.mmproj: {exc}", param="checkpoints.mmproj") from None
 
     def main_checkpoint(self) -> str:
         if self.checkpoints and self.checkpoints.get("main"):

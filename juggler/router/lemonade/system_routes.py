@@ -2,18 +2,22 @@
 belong to servers of other kinds (audio, images, speech, backend installers).
 
 system-info tells what this machine has and which llama.cpp backends Juggler can use:
-the CPU always; a GPU backend is `installable` when llama.cpp was built for it (Juggler
-offloads through llama-cpp-python's build, not a separate binary). As Lemonade's, the
-devices always list `amd_gpu` and `nvidia_gpu` (the kernel's DRM cards of that PCI
-vendor, maybe none) and `amd_npu` (`available` when the amdxdna driver has an accel
-device), and the recipes list the NPU vendor servers Juggler launches when they are on
-PATH (`installed`, else `unsupported`: Juggler installs no backends) and `sd-cpp`
-(`unsupported`: image generation is not built).
+the CPU always; a GPU backend is `installed` when the llama.cpp library the backends load
+(`LLAMA_CPP_LIB_PATH`, else llama-cpp-python's own, `accel.library`) was built for it and
+the machine has its device (`accel.detect`); built without a device, or not built, it is
+`unsupported` and says which (issue 48: "the installed backends are read from the
+library actually loaded"). As Lemonade's, the devices always list `amd_gpu` and
+`nvidia_gpu` (NVIDIA: the GPUs NVML finds, with their memory, else the kernel's DRM
+cards of that PCI vendor, which a headless server may not have; maybe none) and
+`amd_npu` (`available` when the amdxdna driver has an accel device), and the recipes
+list the NPU vendor servers Juggler launches when they are on PATH (`installed`, else
+`unsupported`: Juggler installs no backends) and `sd-cpp` (`unsupported`: image
+generation is not built).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import asyncio
 import os
 import platform
 import shutil
@@ -22,6 +26,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from juggler.accel.detect import device_present
+from juggler.accel.library import GGML_LIBS, library_dir, loaded_backends
+from juggler.accel.nvidia import open_nvml
 from juggler.errors import NotFound
 from juggler.manager.recipes import RECIPES
 from juggler.router.core.deps import state_of
@@ -104,35 +111,39 @@ def _memory_gb() -> float | None:
     return round(pages * size / 1e9, 1)
 
 
-#: ggml's backend libraries, as llama-cpp-python installs them, by Lemonade backend name.
-_GGML_LIBS = {"vulkan": "vulkan", "rocm": "hip", "metal": "metal", "cuda": "cuda"}
+def _nvidia_gpus(sys_root: Path = Path("/sys")) -> list[dict[str, Any]]:
+    """NVIDIA GPUs: what NVML finds (with their memory), else the DRM cards. Blocks
+    briefly (a driver call)."""
+    nvml = open_nvml()
+    if nvml is not None:
+        return [{**gpu.as_json(), "available": True} for gpu in nvml.gpus()]
+    return _gpus(_NVIDIA, sys_root)
 
 
-def _built_backends() -> set[str]:
-    """The GPU backends llama.cpp was built with (its ggml libraries on disk; nothing is
-    loaded into the router)."""
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
-        return set()
-    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
-    names = {p.name for p in lib.glob("*ggml-*")} if lib.is_dir() else set()
-    return {b for b, ggml in _GGML_LIBS.items() if any(f"ggml-{ggml}" in n for n in names)}
+def _backend(name: str, built: frozenset[str], present: bool) -> dict[str, Any]:
+    """One llama.cpp backend's state (see the module doc)."""
+    ok = name in built and present
+    if ok:
+        message = ""
+    elif name in built:
+        message = f"llama.cpp was built with {name}, but this machine has no device for it"
+    else:
+        message = f"llama.cpp was built without {name}"
+    return {
+        "devices": ["gpu"] if ok else [],
+        "state": "installed" if ok else "unsupported",
+        "message": message,
+        "action": "",
+    }
 
 
 @router.get("/system-info")
 async def system_info(request: Request) -> dict[str, Any]:
     settings = state_of(request).settings
     memory = _memory_gb()
-    built = _built_backends()
-
-    def backend(name: str) -> dict[str, Any]:
-        ok = name in built
-        return {
-            "devices": ["gpu"] if ok else [],
-            "state": "installed" if ok else "unsupported",
-            "message": "" if ok else f"llama.cpp was built without {name}",
-            "action": "",
-        }
+    built = loaded_backends()
+    present = {name: await asyncio.to_thread(device_present, name) for name in built}
+    nvidia = await asyncio.to_thread(_nvidia_gpus)
 
     return {
         "OS Version": platform.platform(),
@@ -147,15 +158,16 @@ async def system_info(request: Request) -> dict[str, Any]:
                 "family": platform.machine(),
             },
             "amd_gpu": _gpus(_AMD),
-            "nvidia_gpu": _gpus(_NVIDIA),
+            "nvidia_gpu": nvidia,
             "amd_npu": {"name": _cpu_name(), "available": _amd_npu_present()},
         },
         "recipes": {
             "llamacpp": {
                 "default_backend": settings.llamacpp_backend,
+                "library": str(library_dir() or ""),
                 "backends": {
                     "cpu": {"devices": ["cpu"], "state": "installed", "message": "", "action": ""},
-                    **{name: backend(name) for name in _GGML_LIBS},
+                    **{n: _backend(n, built, present.get(n, False)) for n in GGML_LIBS},
                 },
             },
             **{name: _vendor_recipe(name) for name in ("whispercpp", "flm", "ryzenai-llm")},

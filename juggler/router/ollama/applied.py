@@ -80,6 +80,12 @@ def templated(template: str, path: str, base: dict[str, Any]) -> tuple[str, dict
             "this model has a TEMPLATE of its own, and Juggler reads tool calls only with "
             "the model's chat template",
         )
+    for m in base["messages"]:
+        parts = m.get("content") if isinstance(m.get("content"), list) else []
+        if any(isinstance(p, dict) and p.get("type") != "text" for p in parts):
+            raise NotImplementedParam(
+                "images", "this model has a TEMPLATE of its own, which renders text only"
+            )
     try:
         prompt = PromptTemplate(template).prompt(base["messages"])
     except TemplateError as exc:

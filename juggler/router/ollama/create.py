@@ -119,6 +119,7 @@ async def create(request: Request) -> Response:
     state.registry.check_new_name(name, ollama=True)
     checkpoint = _create_source(state, body, admin)
     inherited = ModelDefaults()
+    mmproj = next((b for n, b in (body.files or {}).items() if "mmproj" in n.lower()), None)
     if checkpoint is None:
         source = state.registry.lookup(str(body.from_))
         if source.name == name:
@@ -138,7 +139,13 @@ async def create(request: Request) -> Response:
     if checkpoint is None:
         state.registry.copy_model(source.name, name)
     else:
-        state.registry.add_user_model(name, checkpoint=checkpoint, labels=info.labels, ollama=True)
+        state.registry.add_user_model(
+            name,
+            checkpoint=checkpoint,
+            labels=info.labels,
+            ollama=True,
+            mmproj=str(blob_path(mmproj)) if mmproj else None,
+        )
     state.pins.save_options(name, load)
     book_of(state).put(name, defaults)
     await set_adapter(state, name, adapter, is_admin=admin)
@@ -176,7 +183,7 @@ _PARAMETER_OF = {
     "ctx_size": "num_ctx",
     "threads": "num_thread",
     "batch_size": "num_batch",
-    "llamacpp_backend": "num_gpu",
+    "n_gpu_layers": "num_gpu",
 }
 
 
@@ -202,15 +209,21 @@ def _create_source(state: RouterState, body: ol.CreateBody, admin: bool) -> str 
     if files and body.from_:
         raise BadRequest("give from or files, not both", param="from")
     if files:
-        if len(files) != 1:
-            raise BadRequest("give exactly one GGUF file", param="files")
-        name, digest = next(iter(files.items()))
-        if not name.endswith(".gguf"):
-            raise BadRequest(f"{name!r}: only GGUF files are supported", param="files")
-        path = blob_path(digest)
-        if not path.is_file():
-            raise CheckpointMissing(f"blob {digest} was not uploaded", param="files")
-        return str(path)
+        models = {n: d for n, d in files.items() if "mmproj" not in n.lower()}
+        if len(models) != 1 or len(files) > 2:
+            raise BadRequest(
+                "give one GGUF file, and at most one vision projector (mmproj*.gguf)",
+                param="files",
+            )
+        paths = {}
+        for name, digest in files.items():
+            if not name.endswith(".gguf"):
+                raise BadRequest(f"{name!r}: only GGUF files are supported", param="files")
+            path = blob_path(digest)
+            if not path.is_file():
+                raise CheckpointMissing(f"blob {digest} was not uploaded", param="files")
+            paths[name] = str(path)
+        return paths[next(iter(models))]
     if not body.from_:
         raise BadRequest("from or files is required", param="from")
     source = body.from_

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import Field, StrictInt, StrictStr
 
+from juggler.api import media
 from juggler.api.structured import FUNCTION_NAME, Strict
 from juggler.errors import BadRequest
 
@@ -96,7 +97,7 @@ def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     pending: list[tuple[str, str]] = []  # (call id, name) not yet answered, in order
     out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
-        msg: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+        msg: dict[str, Any] = {"role": m.role, "content": with_images(m.content, m.images)}
         if m.thinking and m.role == "assistant":
             msg["reasoning_content"] = m.thinking
         calls = m.tool_calls or []
@@ -124,6 +125,20 @@ def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 msg["name"] = m.tool_name
         out.append(msg)
     return out
+
+
+def with_images(text: str | None, images: list[Any] | None) -> Any:
+    """A message's content: its text, after its images (base64, as Ollama sends them)
+    as OpenAI image parts when it has any (issue 51)."""
+    if not images:
+        return text or ""
+    for j, img in enumerate(images):
+        if not isinstance(img, str) or not img:
+            raise BadRequest(f"images[{j}]: an image is a base64 string", param="images")
+    parts: list[dict[str, Any]] = [media.image_part(media.from_base64(i)) for i in images]
+    if text:
+        parts.append({"type": "text", "text": text})
+    return parts
 
 
 def _answered(pending: list[tuple[str, str]], name: str | None) -> str | None:

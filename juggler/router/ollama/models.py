@@ -27,6 +27,7 @@ from juggler import __version__
 from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import NotFound, NotSupported
 from juggler.manager.snapshot import ServerState
+from juggler.manager.vram import shown_bytes
 from juggler.registry.catalog import hf_alias_checkpoint
 from juggler.registry.checkpoint import (
     PackageRef,
@@ -36,6 +37,7 @@ from juggler.registry.checkpoint import (
     resolve_checkpoint,
 )
 from juggler.registry.gguf_meta import GgufError, labels_of, read_info
+from juggler.registry.mmproj import takes_images
 from juggler.router.core.bodies import parse
 from juggler.router.core.catalog_view import FileFacts, file_facts, listed_labels
 from juggler.router.core.deps import RouterState, state_of
@@ -102,6 +104,7 @@ async def ps(request: Request) -> dict[str, Any]:
     """The loaded models; `expires_at` is when an idle model would be unloaded."""
     state = state_of(request)
     memory = state.manager.memory_status()
+    per_pid = await state.manager.vram.per_pid()
     models = []
     for snap in state.manager.snapshot():
         if snap.status is not ServerState.READY:
@@ -119,21 +122,26 @@ async def ps(request: Request) -> dict[str, Any]:
                 "digest": digest_of(info, facts),
                 "details": details(info, facts),
                 "expires_at": ol.iso_at(snap.last_use + min(ttl, oo.KEEP_S)),
-                "size_vram": 0 if snap.device.label() == "cpu" else facts.size_bytes or 0,
+                # What the backend holds on the GPU, as health shows it (issue 48).
+                "size_vram": shown_bytes(snap.gpu, snap.pid, per_pid)[0],
                 "context_length": snap.options.ctx_size,
             }
         )
     return {"models": models}
 
 
-def capabilities(kind: ModelType, labels: tuple[str, ...] = ()) -> list[str]:
+def capabilities(
+    kind: ModelType, labels: tuple[str, ...] = (), *, vision: bool = False
+) -> list[str]:
     """Ollama's capability list: every chat model calls tools (Juggler's generic tool
-    format works with any chat template), a reasoning one thinks; no vision or insert."""
+    format works with any chat template); `vision` with a projector (issue 51), `thinking`
+    for a reasoning one (issue 49); no insert (suffix)."""
     if kind is ModelType.EMBEDDING:
         return ["embedding"]
     if kind is not ModelType.LLM:
         return ["completion"]
-    return ["completion", "tools", *(["thinking"] if "reasoning" in labels else [])]
+    thinks = ["thinking"] if "reasoning" in labels else []
+    return ["completion", "tools", *(["vision"] if vision else []), *thinks]
 
 
 def shown_facts(info: ModelInfo) -> FileFacts:
@@ -175,7 +183,9 @@ async def show(request: Request) -> dict[str, Any]:
         **shown_modelfile(state, info, str(meta.get("tokenizer.chat_template", ""))),
         "details": details(info, facts),
         "model_info": model_info,
-        "capabilities": capabilities(info.type, tuple(listed_labels(info, facts))),
+        "capabilities": capabilities(
+            info.type, tuple(listed_labels(info, facts)), vision=takes_images(info)
+        ),
         "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
 

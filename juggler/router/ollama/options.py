@@ -6,7 +6,8 @@ and handed on. Pure.
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`, `repeat_last_n`,
   `presence_penalty`, `frequency_penalty`, `stop`); load options become load options
   (`num_ctx` -> `ctx_size`, `num_batch` -> `--batch-size`, `num_thread` ->
-  `--threads`, `num_gpu: 0` -> the cpu backend). An option Juggler cannot honour is a
+  `--threads`, `num_gpu` -> `n_gpu_layers`: the layers offloaded to the GPU, 0 none,
+  issue 48). An option Juggler cannot honour is a
   400 naming it, unless its value is what Juggler does anyway (`mirostat: 0`, ...).
 - `keep_alive` (seconds, or a Go duration "5m", "1h30m"): 0 unloads the model once
   idle, a duration is its idle timeout, a negative value keeps it.
@@ -181,12 +182,12 @@ def split_options(options: dict[str, Any] | None) -> tuple[dict[str, Any], dict[
         elif key in _ENGINE_FLAGS:
             flags += [_ENGINE_FLAGS[key], str(value)]
         elif key == "num_gpu":
-            if value != 0:
-                raise NotImplementedParam(
-                    "options.num_gpu",
-                    "Juggler offloads every layer or none; use num_gpu 0 for the CPU",
+            if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+                raise BadRequest(
+                    "options.num_gpu must be a whole number of layers (-1: as many as fit)",
+                    param="options.num_gpu",
                 )
-            load["llamacpp_backend"] = "cpu"
+            load["n_gpu_layers"] = value
         elif key in _NEUTRAL and value == _NEUTRAL[key]:
             continue
         else:

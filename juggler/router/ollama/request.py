@@ -13,7 +13,7 @@ What maps where (ollama/ollama docs/api.md):
 - `template` (a Go template, as a Modelfile's TEMPLATE) is rendered by the route
   (`applied.templated`);
 - `think` and earlier turns' `thinking` are the OpenAI body's thinking fields (`thinking`);
-- what Juggler cannot honour (images, suffix, context, logprobs) is a 400
+- what Juggler cannot honour (suffix, context, logprobs) is a 400
   naming it, never ignored.
 """
 
@@ -22,11 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 from juggler.errors import BadRequest, NotImplementedParam
-from juggler.router.ollama.messages import format_fields, openai_messages
+from juggler.router.ollama.messages import format_fields, openai_messages, with_images
 from juggler.router.ollama.options import OllamaRequestOptions
 from juggler.router.ollama.thinking import think_fields
 from juggler.router.ollama.wire import (
-    NO_VISION,
     ChatBody,
     EmbedBody,
     EmbeddingsBody,
@@ -59,7 +58,6 @@ def chat_request(body: ChatBody) -> dict[str, Any]:
             "format", "with tools: a model either calls tools or answers in a format"
         )
     for i, m in enumerate(body.messages or []):
-        refuse_set({f"messages[{i}].images": m.images}, NO_VISION)
         if m.thinking and m.role != "assistant":
             raise BadRequest(
                 f"messages[{i}].thinking: only assistant messages think",
@@ -88,7 +86,8 @@ def chat_request(body: ChatBody) -> dict[str, Any]:
 def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
     """(backend path, OpenAI body without sampling) for a non-empty /api/generate."""
     _refuse_generation_extras(body)
-    refuse_set({"images": body.images}, NO_VISION)
+    if body.raw:
+        refuse_set({"images": body.images}, "raw prompts take text only; send images without raw")
     refuse_set({"suffix": body.suffix}, "fill-in-the-middle is not built")
     refuse_set(
         {"context": body.context},
@@ -109,7 +108,7 @@ def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
             **format_fields(body.format, raw=True),
         }
     messages = [{"role": "system", "content": body.system}] if body.system else []
-    messages.append({"role": "user", "content": body.prompt or ""})
+    messages.append({"role": "user", "content": with_images(body.prompt, body.images)})
     return "/v1/chat/completions", {
         "messages": messages,
         **think_fields(body.think),

@@ -6,6 +6,15 @@ options (or, when not loaded, its saved ones) updated by `wanted`. Options that 
 change how the backend starts (idle timeouts, auto_evict) are updated in place; a new
 context size or backend reloads it, as an explicit /load with those options would.
 Runs on the router's event loop.
+
+Ollama's `num_ctx` on a text model (issue 48): Ollama's FAQ, "Required RAM will scale by
+OLLAMA_NUM_PARALLEL * OLLAMA_CONTEXT_LENGTH": each of a model's parallel requests may hold
+`num_ctx` tokens. So `num_ctx` N is `ctx_size` N (what one sequence may hold) with
+`kv_cells` N x the sequences of a worker (`parallel`). Where those cells do not fit in
+memory, the load falls back to `kv_cells` 0 (the worker's sequences share N cells), as
+Ollama falls back to one request at a time when its parallel load does not fit.
+Lemonade's `ctx_size` on /api/v1/load keeps its meaning (llama-server's `-c` with
+`-kvu`: the cells of a worker, and what one sequence may hold).
 """
 
 from __future__ import annotations
@@ -13,9 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from juggler.engine_args import parse_llamacpp_args
+from juggler.errors import BadRequest
 from juggler.manager.snapshot import ServerSnapshot, ServerState
+from juggler.options import MAX_KV_CELLS
 from juggler.router.core.deps import RouterState
 from juggler.router.ollama.options import OllamaRequestOptions, merge_engine_args
+from juggler.types import ModelType
 
 
 def current_options(state: RouterState, model: str) -> dict[str, Any]:
@@ -39,7 +52,33 @@ async def ensure_options(
         base = options.get("llamacpp_args") or state.manager.settings.llamacpp_args
         extra["llamacpp_args"] = merge_engine_args(base, extra["llamacpp_args"])
     options.update(extra)
-    return await state.manager.load(model, options)
+    num_ctx = wanted.get("ctx_size")
+    is_llm = state.registry.lookup(model).type is ModelType.LLM
+    if isinstance(num_ctx, int) and is_llm:  # Ollama's num_ctx (the module doc)
+        settings = state.manager.settings
+        args = options.get("llamacpp_args") or settings.llamacpp_args
+        per_worker = parse_llamacpp_args(args).get("parallel") or settings.parallel
+        options["kv_cells"] = ollama_kv_cells(num_ctx, per_worker)
+    try:
+        try:
+            return await state.manager.load(model, options)
+        except BadRequest as exc:
+            if exc.param != "kv_cells" or not options.get("kv_cells") or num_ctx is None:
+                raise
+            return await state.manager.load(model, {**options, "kv_cells": 0})
+    except BadRequest as exc:
+        if exc.param == "n_gpu_layers" and "n_gpu_layers" in wanted:  # Ollama's num_gpu
+            raise BadRequest(f"options.num_gpu: {exc.message}", param="options.num_gpu") from None
+        raise
+
+
+def ollama_kv_cells(num_ctx: int, parallel: int) -> int:
+    """The KV cells of a worker for Ollama's `num_ctx` (the module doc): `num_ctx` for
+    each of its `parallel` sequences; 0 (as ctx_size) for one sequence or automatic
+    sizing."""
+    if num_ctx <= 0 or parallel <= 1:
+        return 0
+    return min(num_ctx * parallel, MAX_KV_CELLS)
 
 
 async def unload_if_loaded(state: RouterState, model: str) -> bool:

@@ -3,7 +3,7 @@ pieces of its answers (times, names). Pure; what a request means to a backend is
 `request` (with `options` and `keep_alive`: `options`), the routes are `routes`,
 `models` and `create`.
 
-Fields Juggler cannot honour (images, suffix, context, logprobs) are
+Fields Juggler cannot honour (suffix, context, logprobs) are
 refused with 400 when set, saying why, never ignored (`refuse_set`, called by `request`).
 """
 
@@ -165,9 +165,6 @@ def refuse_set(fields: dict[str, Any], why: str) -> None:
 
 # -- requests ----------------------------------------------------------------------------------
 #: Why Juggler refuses what it cannot honour.
-NO_VISION = (
-    "Juggler serves no vision model (no image projector is loaded), so images cannot be read"
-)
 
 
 # -- responses ---------------------------------------------------------------------------------

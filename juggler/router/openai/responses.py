@@ -20,6 +20,7 @@ from juggler.errors import BadRequest, ModelNotLoaded, ResponseNotFound
 from juggler.manager.lease import Lease
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.image_fetch import inline_images
 from juggler.router.core.openapi import body_of
 from juggler.router.core.tables import SessionEntry
 
@@ -45,6 +46,7 @@ async def create_response(request: Request) -> Response:
     body, raw = await parse(request, ResponsesRequest)
     if not body.model:
         raise BadRequest("model is required", param="model")
+    await inline_images(raw, state.settings)  # http(s) images, where allowed (issue 51)
     target = state.adapters.route(body.model, raw)  # a LoRA adapter runs on its base
     prev = body.previous_response_id
     if prev is not None:

@@ -32,6 +32,7 @@ from juggler.router.core.catalog_view import (
     model_entry,
 )
 from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.image_fetch import inline_images
 from juggler.router.core.openapi import body_of
 from juggler.types import ModelInfo
 
@@ -133,6 +134,7 @@ async def _generate(
     model = model_of(validate(body, raw))
     if auto_load:
         state.settings.model_options(auto_load)  # a bad ctx_size: 400 before any load
+    await inline_images(raw, state.settings)  # http(s) images, where allowed (issue 51)
     target = state.adapters.route(model, raw)
     end = state.adapters.hold(target)
     try:

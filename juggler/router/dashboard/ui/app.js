@@ -51,7 +51,11 @@ function summary() {
   const busy = loaded.filter((e) => e.is_busy).length;
   const parts = [`v${health.version}`, `${loaded.length} loaded`, `${busy} busy`];
   const mem = health.memory;
-  if (mem && mem.total_bytes) parts.push(`memory ${fmtBytes(mem.used_bytes)} of ${fmtBytes(mem.total_bytes)} (${mem.source})`);
+  const sources = (mem && mem.sources) || [];
+  for (const s of sources) {
+    if (s.total_bytes) parts.push(`${s.memory === "gpu" ? "VRAM" : "memory"} ${fmtBytes(s.used_bytes)} of ${fmtBytes(s.total_bytes)} (${s.name})`);
+  }
+  if (!sources.some((s) => s.total_bytes) && mem && mem.total_bytes) parts.push(`memory ${fmtBytes(mem.used_bytes)} of ${fmtBytes(mem.total_bytes)} (${mem.source})`);
   const restarting = (health.watchdog && health.watchdog.restarting) || [];
   if (restarting.length) parts.push(`restarting: ${restarting.map((r) => r.model_name).join(", ")}`);
   $("#summary").textContent = parts.join(" · ");

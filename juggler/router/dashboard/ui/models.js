@@ -76,9 +76,18 @@ function formatCpus(cpus) {
 
 function memory(entry) {
   if (!entry || !entry.memory) return "";
-  const rss = fmtBytes(entry.memory.rss_bytes);
-  const frees = entry.memory.downsizable_bytes;
-  return h("span", { title: frees ? `a downsize frees ${fmtBytes(frees)}` : "" }, rss);
+  const m = entry.memory;
+  const frees = m.downsizable_bytes;
+  const parts = [fmtBytes(m.rss_bytes)];
+  const layers = entry.gpu_layers || {};
+  // Issue 48: each model's VRAM (NVML's per-process figure, else llama.cpp's buffers).
+  if (m.vram_bytes) {
+    parts.push(`VRAM ${fmtBytes(m.vram_bytes)}` + (layers.of ? ` (${layers.layers}/${layers.of} layers)` : ""));
+  }
+  const title = [frees ? `a downsize frees ${fmtBytes(frees)}` : "",
+    m.downsizable_vram_bytes ? `and ${fmtBytes(m.downsizable_vram_bytes)} of VRAM` : "",
+    m.vram_source ? `VRAM from ${m.vram_source}` : ""].filter(Boolean).join("; ");
+  return h("span", { title, class: "memory" }, parts.join(" · "));
 }
 
 function actions(model, entry, health) {
