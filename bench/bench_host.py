@@ -134,6 +134,10 @@ def start_router(
         load = {"model_name": NAME, "ctx_size": min(ctx, 2048), "kv_cells": ctx}
         load["llamacpp_args"] = args
         r = c.post("/api/v1/load", json=load)
+        if r.status_code == 400 and r.json()["error"].get("param") == "kv_cells":
+            # A checkout before kv_cells: its ctx_size was a worker's cells.
+            load = {"model_name": NAME, "ctx_size": ctx, "llamacpp_args": args}
+            r = c.post("/api/v1/load", json=load)
         assert r.status_code == 200, r.text
         health = c.get("/api/v1/health").json()
     backend = next(int(m["pid"]) for m in health["all_models_loaded"] if m.get("pid"))
@@ -220,7 +224,18 @@ PROFILE_PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("decode (llama_decode)", ("decode (juggler/engine/llama/native_context.py",)),
     ("sampling", ("native_sampler.py", "top_k.py")),
     ("detokenize + stop strings", ("piece (", "sampling.py", "utf8", "StopMatcher")),
-    ("plan + batch fill", ("schedule/batch.py", "_fill (", "drafts.py", "make_room")),
+    (
+        "plan + batch fill",
+        (
+            "schedule/batch.py",
+            "_fill (",
+            "drafts.py",
+            "draft_length.py",
+            "decode_cost.py",
+            "survival.py",
+            "make_room",
+        ),
+    ),
     ("tokens to streams", ("on_token (", "on_rows (", "stream.py", "outbox.py")),
     ("worker loop (other)", ("engine/worker/",)),
     ("backend HTTP + JSON", ("engine/http/", "api/sse.py", "uvicorn", "starlette", "json")),

@@ -1,4 +1,4 @@
-"""Take a screenshot of a running Juggler's dashboard (the README's picture).
+"""Take a screenshot of a running Juggler's dashboard (the picture in docs/cli.md).
 
     .venv/bin/python scripts/dashboard_screenshot.py http://127.0.0.1:13305 docs/dashboard.png \
         [--tab models] [--width 1280] [--height 560]

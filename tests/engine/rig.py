@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from juggler.engine.llama.chat import CHATML, ChatTemplate
-from juggler.engine.schedule.drafts import DecodeCost
+from juggler.engine.schedule.decode_cost import DecodeCost
 from juggler.engine.schedule.messages import Notice, Reply, WorkerCommand
 from juggler.engine.schedule.stream import StreamEvent, StreamSink
 from juggler.engine.threads import ThreadGovernor

@@ -16,28 +16,27 @@ from collections.abc import Awaitable, Callable
 from juggler.engine.llama.ports import TokenBatch
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.schedule.batch import FINAL_ROWS, Chunk, SeqWork, schedule
-from juggler.engine.schedule.drafts import (
-    CONFIRMED_CAP,
+from juggler.engine.schedule.decode_cost import (
     DEPTH_START,
-    DRAFT_CAP,
     EXACT_ROWS,
+    DecodeCost,
+    RowCosts,
+    depth_band,
+)
+from juggler.engine.schedule.draft_length import (
+    CONFIRMED_CAP,
+    DRAFT_CAP,
     FIRST_CAP,
     MIN_CAP,
-    PRIOR_HAZARD,
     PROBE_EVERY,
     REPEAT_CAP,
-    REPEAT_CLASS,
-    DecodeCost,
-    NgramIndex,
-    RowCosts,
-    Survival,
     best_length,
-    depth_band,
-    match_class,
 )
+from juggler.engine.schedule.drafts import NgramIndex
 from juggler.engine.schedule.messages import Complete, RequestDone
 from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
+from juggler.engine.schedule.survival import PRIOR_HAZARD, REPEAT_CLASS, Survival, match_class
 from juggler.engine.schedule.ties import ANY, FEW_TIE, RISKY, TILE_ROWS
 from juggler.engine.worker.generation import MAX_RECALLS
 from juggler.engine.worker.speculation import Speculation

@@ -17,7 +17,7 @@ stored after a separator that no token equals.
 
 A greedy answer remembered twice, the same after the same context, is *confirmed*: it
 came out the same when it was asked again, and its next repeats are drafted further
-(`drafts.CONFIRMED_CAP`); among matches that reach equally far back, a confirmed one is
+(`draft_length.CONFIRMED_CAP`); among matches that reach equally far back, a confirmed one is
 drafted.
 
 Each remembered generation says whether it was greedy, and a greedy one carries each
@@ -113,7 +113,7 @@ class Recall:
         tokens (the others: `ANY`); the oldest generations are forgotten past
         `max_tokens`. A greedy output that a remembered greedy generation gave before,
         exactly, after the same context is *confirmed*: asked again, it came out the
-        same, so its next repeat is drafted further (`drafts.CONFIRMED_CAP`)."""
+        same, so its next repeat is drafted further (`draft_length.CONFIRMED_CAP`)."""
         if not output:
             return
         context = context[-MAX_MATCH:]

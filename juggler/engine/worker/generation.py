@@ -16,11 +16,13 @@ from collections.abc import Callable
 from juggler.engine.llama.ports import LlamaModel, Logits
 from juggler.engine.llama.sampling import SamplingParams, StopMatcher, TokenLogprob, token_logprobs
 from juggler.engine.schedule.batch import FINAL_ROWS
-from juggler.engine.schedule.drafts import MAX_MATCH, DecodeCost, Survival
+from juggler.engine.schedule.decode_cost import DecodeCost
+from juggler.engine.schedule.drafts import MAX_MATCH
 from juggler.engine.schedule.messages import Notice, RequestDone
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, RequestStats, StreamEvent, StreamSink
+from juggler.engine.schedule.survival import Survival
 from juggler.engine.schedule.ties import tie_of
 from juggler.engine.worker.config import Clock
 from juggler.engine.worker.context_slot import ContextSlot
@@ -82,12 +84,10 @@ class Generations:
         self.num_drafted = 0
         self.num_accepted = 0
         #: Generations begun and finished (the worker publishes a snapshot when they move).
-        self.num_begun = 0
-        self.num_finished = 0
-        #: What a decode costs on this worker (the decoder measures, drafts are sized by it).
-        self.cost = DecodeCost()
-        #: How far drafts are kept on this worker (each generation's estimate starts here).
-        self.survival = Survival()
+        self.num_begun = self.num_finished = 0
+        #: What a decode costs on this worker (the decoder measures, drafts are sized by it),
+        #: and how far drafts are kept here (each generation's estimate starts from it).
+        self.cost, self.survival = DecodeCost(), Survival()
         #: What this worker's recent generations said (drafts for repeated answers), by
         #: LoRA adapter: an adapter's answers say little of the base model's.
         self.recalls: dict[str | None, Recall] = {}

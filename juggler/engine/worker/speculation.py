@@ -1,5 +1,6 @@
-"""One generation's speculative decoding state, on its worker thread (the lookup, the
-acceptance estimate and the cost model are `schedule.drafts`).
+"""One generation's speculative decoding state, on its worker thread (the lookup is
+`schedule.drafts`, the acceptance estimate `schedule.survival`, the cost model
+`schedule.decode_cost` and the length that pays `schedule.draft_length`).
 
 `Speculation.propose(tokens, pending, room, ...)` runs after a token was sampled for a
 session (its only pending token), and when a generation begins on a prompt asked again
@@ -7,7 +8,7 @@ whose last rows are all that is pending (`batch.FINAL_ROWS`: its remembered answ
 then verified by the decode of those rows). It brings the n-gram index up to what the sequence
 holds, looks up a draft (in the sequence's own tokens and in its worker's memory of recent generations run
 with the same adapter, `schedule.recall`, whichever matches further back), decides how
-much of it pays now (`drafts.best_length`, from how often draft tokens like these, from
+much of it pays now (`draft_length.best_length`, from how often draft tokens like these, from
 the same source after a match that long, plain or after a branch, were kept on this
 sequence and on its worker, and what a decode of that many rows costs on this worker at
 this depth; a greedy answer recalled for a greedy request is cut before a near-tie that
@@ -26,23 +27,19 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from juggler.engine.schedule.drafts import (
+from juggler.engine.schedule.decode_cost import LENGTHS, DecodeCost
+from juggler.engine.schedule.draft_length import (
     CONFIRMED_CAP,
     DRAFT_CAP,
     FIRST_CAP,
-    LENGTHS,
-    MAX_MATCH,
     MIN_CAP,
     PROBE_EVERY,
     REPEAT_CAP,
-    REPEAT_CLASS,
-    DecodeCost,
-    NgramIndex,
-    Survival,
     best_length,
-    match_class,
 )
+from juggler.engine.schedule.drafts import MAX_MATCH, NgramIndex
 from juggler.engine.schedule.recall import Recall
+from juggler.engine.schedule.survival import REPEAT_CLASS, Survival, match_class
 from juggler.engine.schedule.ties import ANY, TILE_ROWS, exact_length, planned_length
 
 
@@ -55,10 +52,10 @@ class Speculation:
     index: NgramIndex | None = None
     #: Sampled tokens since a draft was last tried.
     since_draft: int = 0
-    #: The longest draft this sequence may try now (see `drafts.FIRST_CAP`).
+    #: The longest draft this sequence may try now (see `draft_length.FIRST_CAP`).
     cap: int = FIRST_CAP
     #: The same for drafts of a greedy answer recalled for this greedy request (a
-    #: request asked again; see `drafts.REPEAT_CAP`).
+    #: request asked again; see `draft_length.REPEAT_CAP`).
     repeat_cap: int = REPEAT_CAP
     #: The tokens the pending draft is expected to keep (0: none pending).
     expected_kept: float = 0.0
@@ -154,7 +151,7 @@ class Speculation:
             # after a while is noticed and the estimate follows it; not where even a draft
             # token sure to be kept would not pay for its row. Only a lone stream probes:
             # beside other streams the one-token draft just weighed had to clear the bar a
-            # shared decode sets (`drafts.SHARED_MARGIN`), and did not.
+            # shared decode sets (`draft_length.SHARED_MARGIN`), and did not.
             if (
                 self.since_draft < PROBE_EVERY
                 or num_seqs > 1

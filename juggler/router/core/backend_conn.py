@@ -189,7 +189,8 @@ class Connection(asyncio.Protocol):
 
     # -- the response in flight (its owner) -----------------------------------------------
     async def send(self, data: bytes) -> None:
-        assert self.transport is not None
+        if self.transport is None or self.is_closed or self.transport.is_closing():
+            raise BackendUnreachable("the backend closed the connection")
         self.transport.write(data)
         if self._writable is not None:
             try:

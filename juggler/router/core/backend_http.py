@@ -146,24 +146,33 @@ class BackendPool:
                 lines.append("Content-Type: application/json")
             lines.append(f"Content-Length: {len(content)}")
         data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (content or b"")
-        for _ in range(2):
-            conn = self._take(origin)
-            reused = conn is not None
-            if conn is None:
-                conn = await self._connect(host, port)
+        conn = self._take(origin)
+        if conn is not None:
             try:
-                await conn.send(data)
-                await conn.head()
+                return await self._exchange(conn, data, origin)
             except BackendUnreachable:
-                conn.close()
-                if reused and not conn.got_bytes:
-                    continue  # the backend had closed this idle connection: a new one
-                raise
-            except BaseException:
-                conn.close()  # cancelled: the backend sees the client go
-                raise
-            return BackendResponse(conn, self, origin)
-        raise AssertionError("unreachable")
+                if conn.got_bytes:
+                    raise
+                # The backend had closed this idle connection (restarted, or its
+                # keep-alive ran out): the others are as old, so a new one.
+                self._drop(origin)
+        return await self._exchange(await self._connect(host, port), data, origin)
+
+    async def _exchange(self, conn: Connection, data: bytes, origin: str) -> BackendResponse:
+        """Send `data` on `conn` and read the answer's head; `conn` is closed if that
+        fails or is cancelled (the backend then sees the client go)."""
+        try:
+            await conn.send(data)
+            await conn.head()
+        except BaseException:
+            conn.close()
+            raise
+        return BackendResponse(conn, self, origin)
+
+    def _drop(self, origin: str) -> None:
+        """Close every idle connection to `origin`."""
+        for conn in self._idle.pop(origin, []):
+            conn.close()
 
     async def get_json(self, url: str, timeout_s: float) -> Any:
         """GET `url` and parse its JSON body, within `timeout_s` (TimeoutError); a
