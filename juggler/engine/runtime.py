@@ -207,11 +207,9 @@ class Engine:
         return self.model.tokenize(text, add_special=add_special)
 
     def render_chat(
-        self, messages: list[dict[str, Any]], tools: Any = None, variables: Any = None
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> str:
-        return self.template.render(
-            messages, add_generation_prompt=True, tools=tools, variables=variables
-        )
+        return self.template.render(messages, add_generation_prompt=True, tools=tools)
 
     # -- stateless generation ------------------------------------------------------
     async def complete(
@@ -290,8 +288,7 @@ class Engine:
         reply: Reply = self._future()
         msgs = tuple(messages) if messages is not None else None
         kit = tuple(tools) if tools is not None else None
-        cmd = AppendInput(session_id, reply, text, msgs, kit, header_suffix)
-        self._send(cmd)
+        self._send(AppendInput(session_id, reply, text, msgs, kit, header_suffix))
         return await reply
 
     async def generate(self, session_id: str, params: SamplingParams) -> StreamSink:

@@ -125,11 +125,11 @@ class Registry:
         self.home = home
         raw = json.loads(files("juggler.registry").joinpath("catalog.json").read_text())
         self._builtin = {name: _info(name, entry) for name, entry in raw.items()}
+        self._read: tuple[tuple[str, int, int, int], dict[str, Any]] | None = None
         #: The admin's model folders (`Settings.model_dirs`), whose GGUFs are models.
         self.model_dirs = model_dirs
         self._clock = clock
         self._scanned: tuple[float, tuple[str, ...], list[ModelInfo]] | None = None
-        self._read: tuple[tuple[str, int, int, int], dict[str, Any]] | None = None
 
     def found(self) -> list[ModelInfo]:
         """The models in the model folders (`folders.scan`), scanned again when the last

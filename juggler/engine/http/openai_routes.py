@@ -93,7 +93,10 @@ def render(
 ) -> list[int]:
     """The prompt's tokens (with its images', `api.media`)."""
     try:
-        text = engine.render_chat(messages, tools, think.variables) + think.suffix
+        text = engine.template.render(
+            messages, add_generation_prompt=True, tools=tools, variables=think.variables
+        )
+        text += think.suffix
     except jinja2.TemplateError as exc:
         raise BadRequest(
             f"messages: the model's chat template refused them: {exc}", param="messages"
