@@ -188,6 +188,9 @@ class SamplingBody(_Body):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repeat_penalty: float | None = Field(default=None, gt=0.0)
+    #: llama.cpp server's extension: how many last tokens repeat_penalty looks at (64;
+    #: 0 none, -1 the whole context).
+    repeat_last_n: int | None = Field(default=None, ge=-1)
     #: Token id (as a string) -> bias added to its logit (-100 bans it, 100 forces it).
     logit_bias: dict[str, float] | None = None
     #: llama.cpp server's extension: never sample an end-of-generation token.

@@ -12,7 +12,6 @@ request.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from juggler.config import juggler_home
 from juggler.errors import BadRequest, NotFound
+from juggler.registry.json_cache import JsonCache
 from juggler.registry.locks import edited_json
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -30,6 +30,13 @@ class AdapterInfo:
     adapter_id: str
     path: str
     base_model: str
+
+
+def model_adapter_id(model: str) -> str:
+    """The id of the adapter a model made by Ollama's create runs with (its ADAPTER):
+    requests for the model run with it (`router/core/adapters.Adapters.route`)."""
+    slug = re.sub(r"[^A-Za-z0-9_.\-]", "_", model)
+    return f"{slug}.adapter"[-128:].lstrip("_.-") or "model.adapter"
 
 
 def check_id(adapter_id: str) -> None:
@@ -102,17 +109,14 @@ class AdapterBook:
 
     def __init__(self, home: Path | None = None) -> None:
         self.home = home
+        self._cache = JsonCache()
 
     @property
     def file(self) -> Path:
         return (self.home or juggler_home()) / "adapters.json"
 
     def _entries(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.file.read_text() or "{}")
-        except FileNotFoundError:
-            return {}
-        return data if isinstance(data, dict) else {}
+        return self._cache.read(self.file)  # every request asks (`Adapters.route`)
 
     def list(self) -> list[AdapterInfo]:
         return [AdapterInfo(**e) for _, e in sorted(self._entries().items())]

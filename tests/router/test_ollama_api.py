@@ -244,22 +244,37 @@ def test_an_upload_budget_measures_the_disk_again_as_it_fills() -> None:
 
 
 def test_create_needs_a_source_and_refuses_what_it_cannot_keep(client: TestClient) -> None:
+    """Issue 49: "Bad values (... a Modelfile line Juggler cannot honour, a broken
+    template) get a 400 naming them." Nothing is registered by a refused create."""
     r = client.post("/api/create", json={"model": "m"})
     assert r.status_code == 400
-    r = client.post(
-        "/api/create",
-        json={"model": "m", "from": "SmolLM2-135M-Instruct-GGUF", "system": "be brief"},
-    )
-    assert r.status_code == 400 and "system" in r.json()["error"]
-    r = client.post(
-        "/api/create",
-        json={
-            "model": "m",
-            "from": "SmolLM2-135M-Instruct-GGUF",
-            "parameters": {"temperature": 0.1},
-        },
-    )
-    assert r.status_code == 400 and "parameters.temperature" in r.json()["error"]
+    smol = "SmolLM2-135M-Instruct-GGUF"
+    refused = {
+        "quantize": {"quantize": "q4_K_M"},
+        "parameters.mirostat": {"parameters": {"mirostat": 2}},
+        "parameters.nonsense": {"parameters": {"nonsense": 1}},
+        "parameters.temperature": {"parameters": {"temperature": 9.0}},
+        "parameters.num_predict": {"parameters": {"num_predict": "x"}},
+        "parameters.num_gpu": {"parameters": {"num_gpu": 3}},
+        "printf": {"template": '{{ printf "%s" .Prompt }}'},
+        "{{ end }}": {"template": "{{ if .System }}x"},
+        ".Foo": {"template": "{{ .Foo }}"},
+        "messages[0]": {"messages": [{"role": "tool", "content": "x"}]},
+        "adapters": {"adapters": {"a.gguf": "sha256:" + "0" * 64}},
+        "requires": {"requires": "99.0.0"},
+        "DRAFT": {"modelfile": f"FROM {smol}\nDRAFT ./small.gguf"},
+        "FOO": {"modelfile": f"FROM {smol}\nFOO bar"},
+        "line 2": {"modelfile": f"FROM {smol}\nMESSAGE robot hi"},
+        "ADAPTER": {"modelfile": f"FROM {smol}\nADAPTER ./relative.gguf"},
+    }
+    for named, fields in refused.items():
+        body = {"model": "m", "from": smol, **fields}
+        if "modelfile" in fields:
+            del body["from"]
+        r = client.post("/api/create", json=body)
+        assert r.status_code in (400, 404) and named in r.json()["error"], (named, r.text)
+    names = [m["name"] for m in client.get("/api/tags").json()["models"]]
+    assert "m:latest" not in names
     r = client.post(
         "/api/create", json={"model": "SmolLM2-135M-Instruct-GGUF", "from": "Gemma-3-270M-GGUF"}
     )
@@ -276,3 +291,22 @@ def test_create_needs_a_source_and_refuses_what_it_cannot_keep(client: TestClien
     assert r.status_code == 200 and r.json() == {"status": "success"}
     shown = client.get("/api/v1/models/short").json()
     assert shown["recipe_options"] == {"ctx_size": 512}
+
+
+def test_an_adapter_path_outside_the_model_folders_needs_the_owner(
+    client: TestClient, tmp_path: Path
+) -> None:
+    """Issue 49: an ADAPTER "path must stay inside the model directories" for a client
+    that may not register local files anywhere (the test client is not on loopback)."""
+    outside = tmp_path / "lora.gguf"
+    outside.write_bytes(b"GGUF")
+    body = {"model": "m", "modelfile": f"FROM SmolLM2-135M-Instruct-GGUF\nADAPTER {outside}"}
+    r = client.post("/api/create", json=body)
+    assert r.status_code == 403 and "outside the model directories" in r.json()["error"]
+    inside = tmp_path / "home" / "models" / "lora.gguf"
+    inside.parent.mkdir(parents=True, exist_ok=True)
+    inside.write_bytes(b"GGUF")
+    body["modelfile"] = f"FROM SmolLM2-135M-Instruct-GGUF\nADAPTER {inside}"
+    r = client.post("/api/create", json=body)  # allowed, read, and not a LoRA adapter
+    assert r.status_code == 400 and r.json()["error"].startswith("adapters:"), r.text
+    assert "m:latest" not in [m["name"] for m in client.get("/api/tags").json()["models"]]

@@ -157,7 +157,6 @@ def test_what_cannot_be_honoured_is_refused_saying_why(
     ("field", "value", "why"),
     [
         ("suffix", "end", "fill-in-the-middle"),
-        ("template", "{{ .Prompt }}", "chat template"),
         ("context", [1, 2], "token contexts"),
     ],
 )

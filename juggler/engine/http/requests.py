@@ -40,12 +40,20 @@ def sampling_params(
         repeat_penalty=d.repeat_penalty if body.repeat_penalty is None else body.repeat_penalty,
         frequency_penalty=body.frequency_penalty or 0.0,
         presence_penalty=body.presence_penalty or 0.0,
+        penalty_last_n=_last_n(body.repeat_last_n, default_max),
         stop=body.stops(),
         ignore_eos=body.ignore_eos,
         grammar=extension_grammar(body),
         logit_bias=logit_bias(body.logit_bias, n_vocab),
         speculative=body.speculative,
     )
+
+
+def _last_n(value: int | None, n_ctx: int) -> int:
+    """llama.cpp server's repeat_last_n: -1 is the whole context."""
+    if value is None:
+        return _DEFAULTS.penalty_last_n
+    return n_ctx if value < 0 else value
 
 
 def extension_grammar(body: SamplingBody) -> str | None:

@@ -23,7 +23,13 @@ from juggler.config import Settings
 from juggler.errors import BadRequest, Conflict, NotFound
 from juggler.manager.manager import Manager
 from juggler.manager.snapshot import ServerState
-from juggler.registry.adapters import AdapterBook, AdapterInfo, check_adapter, check_id
+from juggler.registry.adapters import (
+    AdapterBook,
+    AdapterInfo,
+    check_adapter,
+    check_id,
+    model_adapter_id,
+)
 from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import LocalRef, parse_checkpoint, resolve_checkpoint
 from juggler.router.core.security import check_registration
@@ -50,12 +56,19 @@ class Adapters:
     # -- requests ----------------------------------------------------------------------
     def route(self, model: str, body: dict[str, Any]) -> Target:
         """The target of a request for `model`; for an adapter, `body` gains the adapter
-        field for the backend (clients may not set it: `bodies.read_json`)."""
-        info = self.book.get(model) if self.registry.find(model) is None else None
+        field for the backend (clients may not set it: `bodies.read_json`). A model made by
+        Ollama's create with an ADAPTER runs with it (`core/modelfiles`)."""
+        found = self.registry.find(model)
+        info = self.book.get(model) if found is None else self._own_adapter(found.name)
         if info is None:
             return Target(model)
         body[ADAPTER_FIELD] = {"id": info.adapter_id, "path": info.path}
         return Target(info.base_model, info)
+
+    def _own_adapter(self, model: str) -> AdapterInfo | None:
+        """The ADAPTER of a model made by Ollama's create, registered for it."""
+        info = self.book.get(model_adapter_id(model))
+        return info if info is not None and info.base_model == model else None
 
     def hold(self, target: Target) -> Callable[[], None]:
         """Count one request running with the target's adapter; returns its (idempotent)

@@ -27,6 +27,7 @@ from juggler.registry.catalog import Registry
 from juggler.registry.checkpoint import HfRef, is_available, parse_checkpoint, remove_downloaded
 from juggler.registry.download import Progress, download
 from juggler.registry.folders import is_found
+from juggler.router.core import modelfiles
 from juggler.router.core.deps import RouterState
 from juggler.types import ModelInfo
 
@@ -157,4 +158,5 @@ async def delete_model(state: RouterState, name: str, *, ollama: bool = False) -
     if not builtin:
         registry.remove_user_model(info.name)
     state.pins.drop(info.name)
+    await modelfiles.forget(state, info.name)  # an Ollama Modelfile's defaults and adapter
     return info.name

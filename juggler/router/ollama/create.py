@@ -3,15 +3,16 @@
 
 create makes a model from an existing one (`from` a name: same file), a local GGUF
 (`from` a path: the security rules of registering a local file apply, see
-`core/security.check_registration`) or an uploaded blob (`files`); its `parameters`
-become the new model's saved load options (sampling parameters, system prompts and templates are
-not kept: 400). Blobs are stored in the model cache under their SHA-256, checked on
+`core/security.check_registration`) or an uploaded blob (`files`), with the rest of its
+Modelfile (`create_fields`: SYSTEM, TEMPLATE, PARAMETERs, MESSAGEs, ADAPTER, LICENSE;
+load parameters also become the model's saved load options). Blobs are stored in the model cache under their SHA-256, checked on
 upload; an upload is not limited by `max_body_bytes` (it streams to disk) but by
 `max_upload_bytes` and the free space it must leave (`uploads.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import os
@@ -23,14 +24,15 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from juggler.errors import BadRequest, CheckpointMissing, NotImplementedParam
+from juggler.errors import BadRequest, CheckpointMissing
 from juggler.registry.checkpoint import cache_dir
 from juggler.registry.locks import disk_errors, temp_beside
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, is_local_owner, state_of
+from juggler.router.core.modelfiles import ModelDefaults, book_of, set_adapter
 from juggler.router.core.openapi import body_of
 from juggler.router.core.security import check_registration
-from juggler.router.ollama import options as oo
+from juggler.router.ollama import create_fields as cf
 from juggler.router.ollama import wire as ol
 from juggler.router.ollama.models import inferred_labels
 from juggler.router.ollama.uploads import UploadBudget
@@ -105,36 +107,34 @@ async def create(request: Request) -> Response:
     """Issue 52: the new model's name compares as Ollama compares names (`M1` updates
     `m1`); a model is not made `from` itself; its `parameters` pass the checks a load
     runs (a `num_ctx` past what the model was trained for is refused here, not at every
-    later use). All before anything is registered or saved."""
+    later use). Issue 49: its SYSTEM, TEMPLATE, PARAMETERs, MESSAGEs, ADAPTER and LICENSE
+    are kept (`create_fields`, `core/modelfiles`). All checked before anything is registered."""
     state = state_of(request)
+    admin = is_local_owner(request)
     body, _ = await parse(request, ol.CreateBody)
-    ol.refuse_set(
-        {
-            "quantize": body.quantize,
-            "adapters": body.adapters,
-            "template": body.template,
-            "license": body.license,
-            "system": body.system,
-            "messages": body.messages,
-        },
-        "/api/create makes models from GGUF files and load parameters only",
-    )
-    sampling, load = oo.split_options(body.parameters)
-    if sampling:
-        raise NotImplementedParam(
-            f"parameters.{next(iter(sampling))}", "models keep load options only, not sampling"
-        )
-    name = state.registry.existing_name(body.model)
+    body, adapter_paths = cf.legacy_fields(body)
+    ol.refuse_set({"quantize": body.quantize}, "Juggler does not quantize models")
+    cf.check_requires(body.requires)
+    name = state.registry.existing_name(body.model_name())
     state.registry.check_new_name(name, ollama=True)
-    checkpoint = _create_source(state, body, is_local_owner(request))
+    checkpoint = _create_source(state, body, admin)
+    inherited = ModelDefaults()
     mmproj = next((b for n, b in (body.files or {}).items() if "mmproj" in n.lower()), None)
     if checkpoint is None:
         source = state.registry.lookup(str(body.from_))
         if source.name == name:
             raise BadRequest(f"from: {body.from_!r} is the model being created", param="from")
         info = dataclasses.replace(source, name=name)
+        inherited = book_of(state).get(source.name)
     else:
         info = ModelInfo(name=name, checkpoint=checkpoint, labels=inferred_labels(checkpoint))
+    defaults = cf.defaults_of(body, inherited)
+    sources = cf.adapter_sources(body, adapter_paths)
+    adapter = _adapter_file(state, sources[0], admin) if sources else inherited.adapter
+    if adapter:
+        await asyncio.to_thread(cf.check_fits, info, adapter)
+    defaults = dataclasses.replace(defaults, adapter=adapter)
+    load = cf.load_parameters(defaults)
     await _check_parameters(state, info, load)
     if checkpoint is None:
         state.registry.copy_model(source.name, name)
@@ -146,12 +146,36 @@ async def create(request: Request) -> Response:
             ollama=True,
             mmproj=str(blob_path(mmproj)) if mmproj else None,
         )
-    if load:
-        state.pins.save_options(name, load)
+    state.pins.save_options(name, load)
+    book_of(state).put(name, defaults)
+    await set_adapter(state, name, adapter, is_admin=admin)
     if not body.stream:
         return JSONResponse({"status": "success"})
     lines = [line({"status": s}) for s in ("using existing layer", "writing manifest", "success")]
     return Response(b"".join(lines), media_type=NDJSON)
+
+
+def _adapter_file(state: RouterState, source: str, admin: bool) -> str:
+    """An ADAPTER's file: an uploaded blob (`sha256:...`), or an absolute path under the
+    rules of registering a local file (inside the model directories, unless the request
+    is the owner's)."""
+    if source.startswith("@"):
+        source = source[1:]
+    if source.startswith("sha256"):
+        path = blob_path(source)
+        if not path.is_file():
+            raise CheckpointMissing(f"adapters: blob {source} was not uploaded", param="adapters")
+        return str(path)
+    if not Path(source).expanduser().is_absolute():
+        raise BadRequest(
+            f"ADAPTER {source}: give an absolute path (the server does not know where the "
+            "Modelfile was)",
+            param="adapters",
+        )
+    check_registration(
+        state.settings, is_admin=admin, recipe="llamacpp", checkpoint=source, command=None
+    )
+    return str(Path(source).expanduser().resolve())
 
 
 #: Juggler's load options and the Ollama parameters they come from (for the 400's name).

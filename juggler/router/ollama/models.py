@@ -41,8 +41,10 @@ from juggler.registry.mmproj import takes_images
 from juggler.router.core.bodies import parse
 from juggler.router.core.catalog_view import FileFacts, file_facts, listed_labels
 from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.modelfiles import book_of, set_adapter
 from juggler.router.core.openapi import body_of
 from juggler.router.core.pulls import EventKind, delete_model, hf_ref_of, known_model, pull_events
+from juggler.router.ollama import modelfile as mf
 from juggler.router.ollama import options as oo
 from juggler.router.ollama import wire as ol
 from juggler.router.ollama.wire import NDJSON, line
@@ -175,14 +177,10 @@ async def show(request: Request) -> dict[str, Any]:
     body, _ = await parse(request, ol.NameBody)
     info = state.registry.lookup(body.model_name())
     facts = await asyncio.to_thread(shown_facts, info)
-    saved = state.pins.saved_options(info.name)
-    params = [f"num_ctx {saved['ctx_size']}"] if "ctx_size" in saved else []
     meta = facts.gguf.metadata if facts.gguf else {}
     model_info = {k: v for k, v in meta.items() if not isinstance(v, str) or len(v) < 256}
     return {
-        "modelfile": "\n".join([f"FROM {info.checkpoint}", *(f"PARAMETER {p}" for p in params)]),
-        "parameters": "\n".join(params),
-        "template": str(meta.get("tokenizer.chat_template", "")),
+        **shown_modelfile(state, info, str(meta.get("tokenizer.chat_template", ""))),
         "details": details(info, facts),
         "model_info": model_info,
         "capabilities": capabilities(
@@ -190,6 +188,39 @@ async def show(request: Request) -> dict[str, Any]:
         ),
         "modified_at": ol.iso_at(facts.modified_at or _STARTED),
     }
+
+
+def shown_modelfile(state: RouterState, info: ModelInfo, chat_template: str) -> dict[str, Any]:
+    """`/api/show`'s Modelfile fields: a created model's SYSTEM, TEMPLATE (else the GGUF's
+    chat template), PARAMETERs (else its saved context size), MESSAGEs, LICENSE, and the
+    Modelfile that makes it."""
+    d = book_of(state).get(info.name)
+    params = dict(d.parameters)
+    saved = state.pins.saved_options(info.name)
+    if "ctx_size" in saved:
+        params.setdefault("num_ctx", saved["ctx_size"])
+    text = mf.modelfile_text(
+        shown_name(info),
+        info.checkpoint,
+        template=d.template,
+        system=d.system,
+        params=params,
+        adapter=d.adapter,
+        licenses=d.license,
+        messages=d.messages,
+    )
+    out: dict[str, Any] = {
+        "modelfile": text,
+        "parameters": mf.parameters_text(params),
+        "template": d.template or chat_template,
+    }
+    if d.system:
+        out["system"] = d.system
+    if d.license:
+        out["license"] = "\n".join(d.license)
+    if d.messages:
+        out["messages"] = d.messages
+    return out
 
 
 @router.post("/api/pull", openapi_extra=body_of(ol.PullBody))
@@ -277,6 +308,9 @@ async def copy(request: Request) -> dict[str, Any]:
     saved = state.pins.saved_options(source.name)
     if saved:
         state.pins.save_options(destination, saved)
+    defaults = book_of(state).get(source.name)  # the Modelfile's part, as Ollama copies it
+    book_of(state).put(destination, defaults)
+    await set_adapter(state, destination, defaults.adapter, is_admin=True)
     return {"status": "success"}
 
 

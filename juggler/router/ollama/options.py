@@ -3,7 +3,7 @@ options: one `OllamaRequestOptions` per request, read once (by `request.request_
 and handed on. Pure.
 
 - `options`: sampling options become OpenAI fields (`num_predict` -> `max_tokens`,
-  `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`,
+  `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repeat_penalty`, `repeat_last_n`,
   `presence_penalty`, `frequency_penalty`, `stop`); load options become load options
   (`num_ctx` -> `ctx_size`, `num_batch` -> `--batch-size`, `num_thread` ->
   `--threads`, `num_gpu` -> `n_gpu_layers`: the layers offloaded to the GPU, 0 none,
@@ -39,6 +39,7 @@ _SAMPLING = {
     "min_p": "min_p",
     "seed": "seed",
     "repeat_penalty": "repeat_penalty",
+    "repeat_last_n": "repeat_last_n",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
     "stop": "stop",

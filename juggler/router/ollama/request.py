@@ -10,8 +10,10 @@ What maps where (ollama/ollama docs/api.md):
   sampling options join the OpenAI body, its load options and keep_alive are the
   model's (`residency`);
 - embeddings: `truncate` and `dimensions` as Ollama defines them (`embed_rules`);
+- `template` (a Go template, as a Modelfile's TEMPLATE) is rendered by the route
+  (`applied.templated`);
 - `think` and earlier turns' `thinking` are the OpenAI body's thinking fields (`thinking`);
-- what Juggler cannot honour (suffix, template, context, logprobs) is a 400
+- what Juggler cannot honour (suffix, context, logprobs) is a 400
   naming it, never ignored.
 """
 
@@ -88,11 +90,6 @@ def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
         refuse_set({"images": body.images}, "raw prompts take text only; send images without raw")
     refuse_set({"suffix": body.suffix}, "fill-in-the-middle is not built")
     refuse_set(
-        {"template": body.template},
-        "Juggler renders the model's own chat template (send raw: true with a prompt "
-        "formatted your way)",
-    )
-    refuse_set(
         {"context": body.context},
         "Juggler keeps no token contexts; send the conversation as /api/chat messages",
     )
@@ -103,6 +100,8 @@ def generate_request(body: GenerateBody) -> tuple[str, dict[str, Any]]:
     if body.raw:
         if body.system:
             raise BadRequest("system cannot be used with raw", param="system")
+        if body.template:
+            raise BadRequest("template cannot be used with raw", param="template")
         think_fields(body.think, raw=True)
         return "/v1/completions", {
             "prompt": body.prompt or "",

@@ -9,6 +9,8 @@ through the proxy to the same backend routes the OpenAI API uses. The backend is
 asked to stream (with usage), so the router times the answer itself (`answer`).
 Embeddings are `embed` (I/O) over `embed_rules` (Ollama's `truncate` and `dimensions`).
 An empty `messages`/`prompt` loads the model (with `keep_alive: 0`, unloads it).
+A model made by `/api/create` answers with its Modelfile's SYSTEM, TEMPLATE,
+PARAMETERs, MESSAGEs (`applied`) and ADAPTER (`core/adapters`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from juggler.api.streams import ClosingStreamingResponse
 from juggler.errors import BadRequest
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, state_of
+from juggler.router.core.modelfiles import book_of
 from juggler.router.core.openapi import body_of
 from juggler.router.core.relay import read_whole, translated
+from juggler.router.ollama import applied
 from juggler.router.ollama import embed_rules as oe
 from juggler.router.ollama import wire as ol
 from juggler.router.ollama.answer import OllamaAnswer, backend_error
@@ -80,7 +84,13 @@ async def _generate(
     """Forward the OpenAI body; answer in Ollama's objects; then apply keep_alive (Ollama:
     "how long the model will stay loaded into memory following the request")."""
     answer.from_chat = path == CHAT_PATH
-    response = await state.proxy.forward(model, path, body)
+    target = state.adapters.route(model, body)  # a created model's ADAPTER
+    end = state.adapters.hold(target)
+    try:
+        response = await state.proxy.forward(target.model, path, body, on_release=end)
+    except BaseException:
+        end()
+        raise
     answer.t_open = time.perf_counter()
     if not isinstance(response, StreamingResponse):
         raise backend_error(response)
@@ -98,14 +108,18 @@ async def chat(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, ol.ChatBody)
     model = state.registry.lookup(body.model).name
+    defaults = book_of(state).get(model)
+    body = applied.chat_body(defaults, body)
     options = request_options(body)
     if not body.messages:
         return await _load_only(state, body.model, model, options, chat=True)
-    base = chat_request(body)
+    path, base = CHAT_PATH, chat_request(body)
+    if defaults.template:
+        path, base = applied.templated(defaults.template, path, base)
     await ensure_options(state, model, options.load)
     oa = openai_body(model, base, options)
     answer = OllamaAnswer(body.model, True, t0)
-    return await _generate(request, state, answer, model, CHAT_PATH, oa, body.stream, options)
+    return await _generate(request, state, answer, model, path, oa, body.stream, options)
 
 
 @router.post("/api/generate", openapi_extra=body_of(ol.GenerateBody))
@@ -114,7 +128,12 @@ async def generate(request: Request) -> Any:
     state = state_of(request)
     body, _ = await parse(request, ol.GenerateBody)
     model = state.registry.lookup(body.model).name
+    defaults = book_of(state).get(model)
+    body = applied.generate_body(defaults, body)
     path, base = generate_request(body)
+    base = applied.generate_base(defaults, body, path, base)
+    if template := body.template or defaults.template:
+        path, base = applied.templated(template, path, base)
     options = request_options(body)
     if not body.prompt and not body.system:
         return await _load_only(state, body.model, model, options, chat=False)

@@ -3,7 +3,7 @@ pieces of its answers (times, names). Pure; what a request means to a backend is
 `request` (with `options` and `keep_alive`: `options`), the routes are `routes`,
 `models` and `create`.
 
-Fields Juggler cannot honour (suffix, template, context, logprobs) are
+Fields Juggler cannot honour (suffix, context, logprobs) are
 refused with 400 when set, saying why, never ignored (`refuse_set`, called by `request`).
 """
 
@@ -131,7 +131,12 @@ class CopyBody(_Body):
 
 
 class CreateBody(_Body):
-    model: StrictStr = Field(min_length=1)
+    """Ollama's create: the fields its CLI sends for a Modelfile, or (older clients) the
+    Modelfile itself in `modelfile`, and the model's name in `name`."""
+
+    model: StrictStr | None = Field(None, min_length=1)
+    name: StrictStr | None = Field(None, min_length=1)
+    modelfile: StrictStr | None = Field(None, max_length=1 << 20)
     from_: StrictStr | None = Field(None, alias="from")
     files: dict[StrictStr, StrictStr] | None = None
     parameters: dict[StrictStr, Any] | None = None
@@ -141,7 +146,14 @@ class CreateBody(_Body):
     template: StrictStr | None = None
     license: StrictStr | list[StrictStr] | None = None
     system: StrictStr | None = None
-    messages: list[Any] | None = None
+    messages: list[Any] | None = Field(None, max_length=MAX_MESSAGES)
+    requires: StrictStr | None = None
+
+    def model_name(self) -> str:
+        found = self.model or self.name
+        if not found:
+            raise BadRequest("model is required", param="model")
+        return found
 
 
 def refuse_set(fields: dict[str, Any], why: str) -> None:
