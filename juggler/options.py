@@ -1,7 +1,7 @@
-"""Every option that shapes a served model, declared once.
+"""The options of a served model and their priority order; the engine's flags and every
+option's declaration are re-exported here, so `juggler.options` still names them all.
 
-Each option is one pydantic `Field` below, with its default, bounds, unit and help text.
-The models that use them:
+What this module owns:
 
 - `ModelOptions`: the per-model options of Lemonade's `/api/v1/load` (`ctx_size`,
   `llamacpp_backend`, `llamacpp_args`, `merge_args`) and seed 002's eviction settings.
@@ -11,11 +11,11 @@ The models that use them:
   [...] 2. Values set by the user as [...] CLI args or env vars. 3. Default hardcoded
   values", with lemonade.md's saved per-model options between the first two
   (`Settings.model_options` adds the layering and check of `llamacpp_args`).
-- `EngineFlags`: the command line of Juggler's llama.cpp backend (`python -m
-  juggler.engine`). The backend builds its argparse from these fields, the manager's
-  recipe writes argv with `to_argv()`, and a client's `llamacpp_args` is parsed
-  against them (`engine_args.parse_llamacpp_args`) before anything is queued or
-  evicted, so a bad flag is a 400 that names it.
+- `bad_request_from` / `bad_request_of`: a pydantic error as a 400 that names the field.
+
+Declared elsewhere and importable from here: each option's `Field` (default, bounds,
+unit, help text) in `juggler.option_fields`, and `EngineFlags`, the command line of
+Juggler's llama.cpp backend, in `juggler.engine_flags`.
 
 The environment variable of a setting is `JUGGLER_<NAME>` (see `env_name`).
 """
@@ -23,150 +23,84 @@ The environment variable of a setting is `JUGGLER_<NAME>` (see `env_name`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
+from juggler.engine_flags import EngineFlags, FlashAttn, flag_of
 from juggler.errors import BadRequest, NotImplementedParam
-from juggler.kv_cache import DEFAULT_KV_TYPE, KvCacheType
+from juggler.kv_cache import KvCacheType
+from juggler.option_fields import (
+    AUTO_CTX,
+    AUTO_EVICT,
+    CACHE_TYPE_K,
+    CACHE_TYPE_V,
+    COMPUTE_WEIGHT,
+    CTX_SIZE,
+    DOWNSIZE_IDLE_TIMEOUT,
+    ENV_PREFIX,
+    EVICT_IDLE_TIMEOUT,
+    EVICT_WEIGHT_FACTOR,
+    KV_CELLS,
+    LLAMACPP_ARGS,
+    LLAMACPP_BACKEND,
+    MAX_CTX,
+    MAX_KV_CELLS,
+    MERGE_ARGS,
+    MIN_CTX,
+    MODEL_CTX_SIZE,
+    N_GPU_LAYERS,
+    PARALLEL,
+    THREADS,
+    WORKERS,
+    CtxSize,
+    LlamacppBackend,
+    env_name,
+)
 
-ENV_PREFIX = "JUGGLER_"
-
-LlamacppBackend = Literal["cpu", "vulkan", "rocm", "metal", "cuda"]
-FlashAttn = Literal["auto", "on", "off"]
-
-
-def env_name(key: str) -> str:
-    """The environment variable of setting `key`, e.g. ctx_size -> JUGGLER_CTX_SIZE."""
-    return ENV_PREFIX + key.upper()
-
-
-def _unit(unit: str) -> dict[str, Any]:
-    return {"unit": unit}
-
-
-# -- the declarations --------------------------------------------------------------------
-MIN_CTX, MAX_CTX = 64, 1 << 20
-#: Lemonade's `ctx_size: -1`: the size is chosen at load (`manager.auto_ctx`).
-AUTO_CTX = -1
-
-CTX_SIZE = Field(
-    4096,
-    ge=MIN_CTX,
-    le=MAX_CTX,
-    description="Context size: tokens one sequence may hold (at most the model's trained "
-    "context); also a worker's KV cells unless kv_cells says more.",
-    json_schema_extra=_unit("tokens"),
-)
-#: Most KV cells of one engine worker (memory limits it long before).
-MAX_KV_CELLS = 1 << 22
-
-
-def _ctx_size(value: int) -> int:
-    if value != AUTO_CTX and not MIN_CTX <= value <= MAX_CTX:
-        raise ValueError(
-            f"must be a whole number from {MIN_CTX} to {MAX_CTX}, or -1 to size it automatically"
-        )
-    return value
-
-
-#: A load option's context size: a size, or -1 (lemonade.md: "`ctx_size` takes a positive
-#: whole number, or `-1` to pin the model to automatic sizing").
-CtxSize = Annotated[int, AfterValidator(_ctx_size)]
-MODEL_CTX_SIZE: Any = Field(
-    4096,
-    description="Context size: tokens one sequence may hold (at most the model's trained "
-    "context), and a worker's KV cells unless kv_cells says more; -1 sizes it at load (the "
-    "model's trained context, as far as memory allows).",
-    json_schema_extra={"unit": "tokens", "minimum": AUTO_CTX, "maximum": MAX_CTX},
-)
-LLAMACPP_BACKEND: Any = Field(
-    "cpu",
-    description="llama.cpp backend: cpu runs on the CPU; cuda, rocm, vulkan or metal offload "
-    "layers to the GPU (n_gpu_layers) where the llama.cpp library was built for it. The "
-    "default follows what `make install` built for this machine.",
-)
-KV_CELLS: Any = Field(
-    0,
-    ge=0,
-    le=MAX_KV_CELLS,
-    description="KV cells of one engine worker, shared by its sequences (llama-server's -c "
-    "with -kvu): with parallel 64, kv_cells 16384 gives 64 streams 256 cells each on average "
-    "while one may still hold ctx_size tokens; at least ctx_size; 0: as ctx_size.",
-    json_schema_extra=_unit("cells"),
-)
-N_GPU_LAYERS: Any = Field(
-    -1,
-    ge=-1,
-    le=100000,
-    description="Layers offloaded to the GPU (llama-server's -ngl, Ollama's num_gpu): -1 "
-    "automatic (as many as fit in the free VRAM with their KV cache), 0 none; a GPU "
-    "llamacpp_backend only.",
-    json_schema_extra=_unit("layers"),
-)
-LLAMACPP_ARGS = Field(
-    "",
-    max_length=4096,
-    description="Extra engine flags, e.g. '--workers 2 --parallel 4' (see EngineFlags).",
-)
-MERGE_ARGS = Field(
-    True,
-    description="lemonade.md: true inherits the server-wide llamacpp_args (a model's or a "
-    "load's own flags win over the same flags there); false applies only a load's own.",
-)
-CACHE_TYPE_K: Any = Field(
-    DEFAULT_KV_TYPE,
-    description="KV cache type of the keys (llama-server's --cache-type-k): f16 (llama.cpp's "
-    "default); q8_0 takes about half the memory a cell, q4_0 about a quarter; also f32, "
-    "bf16, q4_1, iq4_nl, q5_0, q5_1.",
-)
-CACHE_TYPE_V: Any = Field(
-    DEFAULT_KV_TYPE,
-    description="KV cache type of the values (llama-server's --cache-type-v), as "
-    "cache_type_k; a quantized type needs flash attention, which is turned on for it.",
-)
-AUTO_EVICT = Field(False, description="Opt into seed 002's dynamic memory management.")
-#: The idle timeouts are whole seconds, as Lemonade's (it refuses `600.5`).
-DOWNSIZE_IDLE_TIMEOUT = Field(
-    60,
-    ge=0,
-    description="Seconds idle before a model frees its KV cache and compute buffers.",
-    json_schema_extra=_unit("s"),
-)
-EVICT_IDLE_TIMEOUT = Field(
-    300,
-    ge=0,
-    description="Seconds idle before a model is unloaded.",
-    json_schema_extra=_unit("s"),
-)
-EVICT_WEIGHT_FACTOR = Field(
-    1.0,
-    gt=0,
-    description="Eviction protection: higher keeps a model longer under memory pressure.",
-)
-COMPUTE_WEIGHT = Field(
-    1.0,
-    gt=0,
-    le=1000,
-    description="Share of the cores against other busy models (issue 21's compute plan): "
-    "two busy models with weights 3 and 1 get three quarters and one quarter.",
-)
-WORKERS = Field(
-    0,
-    ge=0,
-    le=64,
-    description="Engine workers (llama.cpp contexts) per llama.cpp backend; 0: automatic "
-    "(two for a small or GPU-offloaded text model on two or more cores, else one).",
-)
-PARALLEL = Field(8, ge=1, le=256, description="Sequences per engine worker.")
-THREADS = Field(
-    0,
-    ge=0,
-    le=512,
-    description="CPU threads per engine worker (0: all cores).",
-    json_schema_extra=_unit("threads"),
-)
+#: This module's names, and those declared in `option_fields` and `engine_flags` that
+#: callers import from here.
+__all__ = [
+    "AUTO_CTX",
+    "AUTO_EVICT",
+    "CACHE_TYPE_K",
+    "CACHE_TYPE_V",
+    "COMPUTE_WEIGHT",
+    "CTX_SIZE",
+    "DOWNSIZE_IDLE_TIMEOUT",
+    "ENV_PREFIX",
+    "EVICT_IDLE_TIMEOUT",
+    "EVICT_WEIGHT_FACTOR",
+    "KV_CELLS",
+    "LAUNCH_OPTIONS",
+    "LLAMACPP_ARGS",
+    "LLAMACPP_BACKEND",
+    "MAX_CTX",
+    "MAX_KV_CELLS",
+    "MERGE_ARGS",
+    "MIN_CTX",
+    "MODEL_CTX_SIZE",
+    "MODEL_OPTION_KEYS",
+    "N_GPU_LAYERS",
+    "PARALLEL",
+    "PER_MODEL_ONLY",
+    "THREADS",
+    "UNBUILT_SETTINGS",
+    "WORKERS",
+    "CtxSize",
+    "EngineFlags",
+    "FlashAttn",
+    "LaunchKey",
+    "LlamacppBackend",
+    "LoadOverrides",
+    "ModelOptions",
+    "bad_request_from",
+    "bad_request_of",
+    "env_name",
+    "flag_of",
+    "resolve",
+]
 
 
 #: `ModelOptions.launch_key`: ctx_size, llamacpp_backend, llamacpp_args, kv_cells,
@@ -292,164 +226,3 @@ def bad_request_of(err: Mapping[str, Any], skip: tuple[str, ...] = ()) -> BadReq
         return error
     msg = str(err.get("msg", "invalid request")).removeprefix("Value error, ")
     return BadRequest(f"{param}: {msg}" if param else msg, param=param)
-
-
-# -- the engine's command line -------------------------------------------------------------
-class EngineFlags(BaseModel):
-    """Flags of `python -m juggler.engine` that shape its engine (not its identity: model
-    path, name, host, port and type are given by the manager, never by a client)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    ctx_size: int = CTX_SIZE
-    workers: int = WORKERS
-    parallel: int = PARALLEL
-    threads: int = THREADS
-    threads_batch: int | None = Field(
-        None,
-        ge=1,
-        le=512,
-        description="CPU threads per engine worker for decodes of more than one token "
-        "(prompts, several sequences at once): llama-server's --threads-batch (default: "
-        "as many as --threads, or the compute plan, give).",
-        json_schema_extra=_unit("threads"),
-    )
-    kv_cells: int = Field(
-        0,
-        ge=0,
-        le=MAX_KV_CELLS,
-        description="KV cells of each worker's context, shared by its sequences (0: ctx-size).",
-        json_schema_extra=_unit("cells"),
-    )
-    n_gpu_layers: int = Field(
-        0, ge=0, le=100000, description="Layers offloaded to the GPU (0: CPU only)."
-    )
-    batch_size: int = Field(
-        512,
-        ge=1,
-        le=65536,
-        description="Most tokens in one decode.",
-        json_schema_extra=_unit("tokens"),
-    )
-    prefill_chunk: int = Field(
-        256,
-        ge=1,
-        le=65536,
-        description="Most prompt tokens a tick prefills while others decode.",
-        json_schema_extra=_unit("tokens"),
-    )
-    stream_queue_size: int = Field(
-        256,
-        ge=1,
-        le=1 << 20,
-        description="Unconsumed events after which a slow stream is ended.",
-        json_schema_extra=_unit("events"),
-    )
-    flash_attn: FlashAttn = Field(
-        "auto",
-        description="llama.cpp flash attention (auto: on where supported, and always for a "
-        "quantized V cache).",
-    )
-    cache_type_k: KvCacheType = Field(
-        DEFAULT_KV_TYPE, description="KV cache type of the keys (the cache_type_k option)."
-    )
-    cache_type_v: KvCacheType = Field(
-        DEFAULT_KV_TYPE, description="KV cache type of the values (the cache_type_v option)."
-    )
-    mmap: Literal["on", "off"] = Field(
-        "on",
-        description="Map the model file into memory (llama.cpp's default); off reads it "
-        "into RAM (llama-server's --no-mmap, which llamacpp_args also takes).",
-    )
-    cache_cells: int | None = Field(
-        None,
-        ge=0,
-        description="KV cells kept for prefix reuse by stateless requests (default: ctx-size / 8).",
-        json_schema_extra=_unit("cells"),
-    )
-    parked_cells: int | None = Field(
-        None,
-        ge=0,
-        description="Tokens of cached prefixes an idle worker parks in host memory for later "
-        "reuse (default: ctx-size; 0 turns parking off).",
-        json_schema_extra=_unit("tokens"),
-    )
-
-    speculative: Literal["on", "off"] = Field(
-        "on",
-        description="Prompt-lookup speculative decoding by default (a request's `speculative` "
-        "overrides it); greedy and sampled output are the same either way.",
-    )
-    spec_draft_max: int = Field(
-        128,
-        ge=1,
-        le=128,
-        description="Most draft tokens one sequence verifies in one decode.",
-        json_schema_extra=_unit("tokens"),
-    )
-    max_active_adapters: int = Field(
-        4,
-        ge=1,
-        le=64,
-        description="LoRA adapters a worker keeps loaded at once (seed 004's MaxActiveAdapter); "
-        "a request needing one more waits.",
-        json_schema_extra=_unit("adapters"),
-    )
-    stall_timeout: float = Field(
-        120.0,
-        gt=0,
-        le=86400,
-        description="Seconds a worker may hold work without finishing a step before the "
-        "backend reports itself stalled (its /health answers 503 and the router restarts it).",
-        json_schema_extra=_unit("s"),
-    )
-    park_memory_mb: int = Field(
-        1024,
-        ge=0,
-        le=1 << 20,
-        description="Parked sessions' KV a worker keeps in host memory; past it, on disk.",
-        json_schema_extra=_unit("MiB"),
-    )
-    image_encode: Literal["background", "inline"] = Field(
-        "background",
-        description="Where a vision model's projector encodes an image while other streams "
-        "decode: on a thread of its own beside the worker (background), or in the worker's "
-        "tick, the other streams waiting (inline).",
-    )
-
-    reasoning_format: Literal["auto", "deepseek", "none"] = Field(
-        "auto",
-        description="A reasoning model's thinking: apart from the answer (auto, deepseek: "
-        "reasoning_content, thinking), or left in the content (none); llama-server's flag.",
-    )
-    reasoning_budget: int = Field(
-        -1,
-        ge=-1,
-        le=0,
-        description="llama-server's: -1 a reasoning model thinks unless a request turns it "
-        "off; 0 it does not think unless a request turns it on.",
-    )
-    grammar: str | None = Field(
-        None,
-        max_length=1 << 20,
-        description="llama-server's: a GBNF grammar for the whole output of every request "
-        "that gives no grammar, schema, response format or tools of its own.",
-    )
-
-    @property
-    def n_cells(self) -> int:
-        """KV cells of one worker's context: `kv_cells`, or `ctx_size` when 0."""
-        return self.kv_cells or self.ctx_size
-
-    def to_argv(self) -> list[str]:
-        """`--flag value` pairs for every field that is set (None fields are left out)."""
-        argv: list[str] = []
-        for name, value in self.model_dump().items():
-            if value is not None:
-                argv += [flag_of(name), str(value)]
-        return argv
-
-
-def flag_of(name: str) -> str:
-    """The command-line flag of an `EngineFlags` field: `ctx_size` -> `--ctx-size`."""
-    return "--" + name.replace("_", "-")

@@ -12,7 +12,6 @@ LIMIT = 350
 WAITING = frozenset(
     {
         "juggler/api/openai.py",
-        "juggler/options.py",
     }
 )
 
