@@ -11,7 +11,6 @@ LIMIT = 350
 #: one leaves this list when it is split, and no other may join it.
 WAITING = frozenset(
     {
-        "juggler/api/openai.py",
         "juggler/options.py",
     }
 )
