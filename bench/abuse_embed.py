@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from juggler.api.openai import MAX_EMBEDDING_TOKENS
+from juggler.api.embeddings import MAX_EMBEDDING_TOKENS
 
 MINILM = "all-MiniLM-L6-v2-GGUF"
 #: MiniLM's context: the longest input.

@@ -4,6 +4,10 @@ Pure data. A failure becomes a 400 in OpenAI's error shape that names the field.
 field declared here is implemented; a field that is not declared is refused with a 400
 `unsupported_parameter` naming it (`extra="forbid"`), never ignored. The router still
 forwards the client's raw body, so what reaches the engine is exactly what was sent.
+
+Here: the chat message, the sampling and generation bodies, chat and completions
+requests, sessions and tokenize. Embeddings and rerank bodies (with the bounds on their
+tokens) are `embeddings.py`'s; the configurable caps on a body's lists, `limits.py`'s.
 """
 
 from __future__ import annotations
@@ -12,75 +16,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
-    StrictInt,
     StrictStr,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
 
 from juggler.api import media
+from juggler.api.limits import MAX_INPUTS, MAX_MESSAGES, capped
 from juggler.api.structured import ResponseFormat, Strict, Tool, ToolCall, ToolChoice
 from juggler.errors import BadRequest
 
 #: Most choices one request may ask for (`n`).
 MAX_CHOICES = 16
-
-
-class Limit(int):
-    """A cap on a list in a request body whose value is a setting (`name`): the int is
-    the built-in default, `configure_limits` sets the value in force (issue 27: "input
-    lists ... capped (... configurable, documented)")."""
-
-    name: str
-
-    def __new__(cls, name: str, default: int) -> Limit:
-        limit = super().__new__(cls, default)
-        limit.name = name
-        return limit
-
-
-#: The values in force, by setting name (`configure_limits`).
-_IN_FORCE: dict[str, int] = {}
-
-
-def configure_limits(**values: int) -> None:
-    """Set the caps in force (`max_inputs`, `max_messages`) for this process."""
-    _IN_FORCE.update(values)
-
-
-def limit_value(limit: int) -> int:
-    return _IN_FORCE.get(limit.name, int(limit)) if isinstance(limit, Limit) else limit
-
-
-#: Most inputs in one embeddings request (OpenAI's limit), documents in one rerank, and
-#: prompts in one completions request (issue 27: bounded before any work). Setting
-#: `max_inputs`.
-MAX_INPUTS = Limit("max_inputs", 2048)
-
-
-def capped(limit: int, what: str) -> Any:
-    """A before-validator refusing a list longer than `limit` (a `Limit`: the value in
-    force) before its items are checked, with a message that names the limit (issue 27:
-    bounded before any work)."""
-
-    def check(value: Any) -> Any:
-        most = limit_value(limit)
-        if isinstance(value, list) and len(value) > most:
-            raise ValueError(f"at most {most} {what} in one request (got {len(value)})")
-        return value
-
-    return BeforeValidator(check)
-
-
-#: Most messages in one chat request; a context holds far fewer (each costs tokens).
-#: Setting `max_messages`.
-MAX_MESSAGES = Limit("max_messages", 8192)
 #: Most entries of `logit_bias`.
 MAX_LOGIT_BIAS = 1024
 
@@ -314,129 +265,6 @@ class CompletionRequest(GenerationBody):
         if len(self.prompt) != 1:
             raise BadRequest("prompt must be a string or a list of one string", param="prompt")
         return self.prompt[0]
-
-
-#: Most token ids in one embeddings input: far over any embedding model's context (the
-#: backend refuses an input its context cannot hold), a bound before any work.
-MAX_TOKEN_IDS = 65536
-#: Most tokens of one embeddings or rerank request, summed over its inputs (OpenAI's
-#: per-request limit). Issue 52: such a request is bounded by its tokens, as a chat is
-#: by its context, not only by its count of inputs. Token ids count exactly when the
-#: body is read; texts count at least one token an input and one per
-#: `MAX_CHARS_PER_TOKEN` characters there, exactly once the backend tokenized them.
-MAX_EMBEDDING_TOKENS = 300_000
-#: Characters per token no tokenizer Juggler serves averages above (BPE tokens are a few
-#: characters): what a lower bound on a text's tokens divides by.
-MAX_CHARS_PER_TOKEN = 32
-
-
-def too_many_tokens(num_tokens: int, *, exact: bool) -> str | None:
-    """Why a request of `num_tokens` (or at least that many) cannot be embedded, or None."""
-    if num_tokens <= MAX_EMBEDDING_TOKENS:
-        return None
-    least = "" if exact else "at least "
-    return (
-        f"the inputs hold {least}{num_tokens} tokens; one request embeds at most "
-        f"{MAX_EMBEDDING_TOKENS} (split it)"
-    )
-
-
-def min_text_tokens(text: str) -> int:
-    """A lower bound on the tokens of an embedded text (its special tokens aside)."""
-    return 1 + len(text) // MAX_CHARS_PER_TOKEN
-
-
-def _token_ids(value: list[Any], where: str) -> list[int]:
-    """A non-empty list of token ids (ints >= 0; their upper bound is the model's
-    vocabulary, checked by the backend that has it)."""
-    if not value:
-        raise ValueError(f"{where} is an empty list of token ids")
-    if len(value) > MAX_TOKEN_IDS:
-        raise ValueError(f"{where} has {len(value)} token ids; at most {MAX_TOKEN_IDS}")
-    for token in value:
-        if isinstance(token, bool) or not isinstance(token, int):
-            raise ValueError(f"{where} mixes token ids with {type(token).__name__} values")
-        if token < 0:
-            raise ValueError(f"{where} holds the negative token id {token}")
-    return value
-
-
-def embedding_input(value: Any) -> Any:
-    """OpenAI's four forms of embeddings input: a string, a list of strings, a list of
-    token ids, or a list of lists of token ids; anything else (an empty list, forms
-    mixed in one list, a negative id) is refused naming `input`."""
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, list):
-        raise ValueError(
-            "expected a string, a list of strings, a list of token ids or a list of lists "
-            "of token ids"
-        )
-    if not value:
-        raise ValueError("the list is empty")
-    if all(isinstance(v, str | list) for v in value):
-        most = limit_value(MAX_INPUTS)
-        if len(value) > most:
-            raise ValueError(f"at most {most} inputs in one request (got {len(value)})")
-        if all(isinstance(v, str) for v in value):
-            _bounded(sum(min_text_tokens(v) for v in value), exact=False)
-            return value
-        if all(isinstance(v, list) for v in value):
-            for i, ids in enumerate(value):
-                _token_ids(ids, f"input {i}")
-            _bounded(sum(len(ids) for ids in value), exact=True)
-            return value
-    if any(isinstance(v, str | list) for v in value):
-        raise ValueError("give one form: strings, token ids or lists of token ids, not a mix")
-    return _token_ids(value, "the input")
-
-
-def _bounded(num_tokens: int, *, exact: bool) -> None:
-    why = too_many_tokens(num_tokens, exact=exact)
-    if why is not None:
-        raise ValueError(why)
-
-
-#: What an embeddings request embeds: texts, or token id sequences of the model's own
-#: vocabulary (embedded as given, never detokenized).
-EmbeddingInput = str | list[int]
-
-
-class EmbeddingRequest(_Body):
-    input: Annotated[
-        str | list[str] | list[StrictInt] | list[list[StrictInt]],
-        BeforeValidator(embedding_input),
-    ]
-    model: StrictStr | None = None
-    #: "base64": little-endian float32 vectors, base64-encoded (the router encodes them).
-    encoding_format: Literal["float", "base64"] | None = None
-
-    def inputs(self) -> list[EmbeddingInput]:
-        """One entry per vector: a text, or a sequence of token ids."""
-        value = self.input
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value[0], int):  # validated: one form, never empty
-            return [value]
-        return list(value)
-
-
-class RerankRequest(_Body):
-    query: StrictStr
-    documents: Annotated[list[str], capped(MAX_INPUTS, "documents")] = Field(min_length=1)
-    model: StrictStr | None = None
-    top_n: int | None = Field(default=None, ge=1)
-    return_documents: StrictBool = True
-
-    @field_validator("documents")
-    @classmethod
-    def _bounded_tokens(cls, documents: list[str], info: ValidationInfo) -> list[str]:
-        """Issue 52: every document is ranked with the query: at most
-        `MAX_EMBEDDING_TOKENS` of both together, summed over the documents."""
-        query = info.data.get("query")
-        extra = min_text_tokens(query) if isinstance(query, str) else 0
-        _bounded(sum(min_text_tokens(d) + extra for d in documents), exact=False)
-        return documents
 
 
 class SessionCreate(_Body):

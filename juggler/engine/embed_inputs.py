@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from juggler.api.openai import too_many_tokens
+from juggler.api.embeddings import too_many_tokens
 from juggler.engine.llama.native import Model
 from juggler.engine.llama.ports import LlamaModel
 from juggler.engine.schedule.messages import Abandon

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from juggler import __version__
-from juggler.api.openai import configure_limits
+from juggler.api.limits import configure_limits
 from juggler.config import Settings, juggler_home
 from juggler.errors import BadRequest, JugglerError, NotFound
 from juggler.logbook import LogBook, RingHandler

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from juggler.api.openai import MAX_EMBEDDING_TOKENS
+from juggler.api.embeddings import MAX_EMBEDDING_TOKENS
 from tests.engine.conftest import Backend, start_backend
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from juggler.api.openai import MAX_INPUTS, MAX_TOKEN_IDS, EmbeddingRequest
+from juggler.api.embeddings import MAX_TOKEN_IDS, EmbeddingRequest
+from juggler.api.limits import MAX_INPUTS
 from juggler.errors import BadRequest
 from juggler.router.core.bodies import validate
 

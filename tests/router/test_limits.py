@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from juggler.api.openai import MAX_INPUTS, MAX_MESSAGES, limit_value
+from juggler.api.limits import MAX_INPUTS, MAX_MESSAGES, limit_value
 from juggler.config import Settings
 from juggler.errors import BadRequest
 from juggler.registry.catalog import Registry

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from juggler.api.openai import MAX_CHARS_PER_TOKEN, ChatMessage
+from juggler.api.embeddings import MAX_CHARS_PER_TOKEN
+from juggler.api.openai import ChatMessage
 from juggler.errors import ContextOverflow
 
 #: Exact checks a step at a time before the search bisects what is left.

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from juggler.api import openai as api
+from juggler.api.embeddings import EmbeddingRequest, RerankRequest
 from juggler.api.responses import RESPONSE_ID, RESPONSE_ID_HEADER, ResponsesRequest
 from juggler.backend_key import ENV as KEY_ENV
 from juggler.backend_key import HEADER, key_matches
@@ -268,7 +269,7 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
     # -- embeddings / reranking ------------------------------------------------------
     # Issue 52: the work stops (at its next piece) once the client left.
     @app.post("/v1/embeddings")
-    async def embeddings(body: api.EmbeddingRequest, request: Request) -> dict[str, Any]:
+    async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
         vecs, n_tokens = await unless_gone(request, engine.embed(body.inputs()))
         return {
             "object": "list",
@@ -279,7 +280,7 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         }
 
-    async def rerank(body: api.RerankRequest, request: Request) -> dict[str, Any]:
+    async def rerank(body: RerankRequest, request: Request) -> dict[str, Any]:
         scores, n_tokens = await unless_gone(request, engine.rerank(body.query, body.documents))
         order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
         if body.top_n is not None:

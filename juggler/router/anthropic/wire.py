@@ -23,7 +23,7 @@ from pydantic import (
     ValidationError,
 )
 
-from juggler.api.openai import MAX_MESSAGES, capped
+from juggler.api.limits import MAX_MESSAGES, capped
 from juggler.api.structured import FUNCTION_NAME, Strict
 from juggler.errors import JugglerError
 from juggler.options import bad_request_of

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from juggler.api.openai import MAX_CHARS_PER_TOKEN
+from juggler.api.embeddings import MAX_CHARS_PER_TOKEN
 from juggler.errors import ContextOverflow
 
 __all__ = ["MAX_CHARS_PER_TOKEN", "min_tokens", "prompt_refusal"]

@@ -27,7 +27,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
-from juggler.api.openai import configure_limits
+from juggler.api.limits import configure_limits
 from juggler.config import KEYS, ConfigError, Settings, set_value, validate
 from juggler.errors import BadRequest, Forbidden
 from juggler.options import LlamacppBackend

@@ -24,6 +24,8 @@ from juggler.router.ollama.wire import line
 
 #: How often a non-streaming answer checks that its client is still there.
 DISCONNECT_POLL_S = 0.25
+
+
 class Thinking(str):
     """A piece of a reasoning model's thinking (Ollama's `thinking`)."""
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from juggler.api.openai import MAX_INPUTS, MAX_MESSAGES, capped
+from juggler.api.limits import MAX_INPUTS, MAX_MESSAGES, capped
 from juggler.api.structured import Tool
 from juggler.errors import BadRequest, JugglerError, NotImplementedParam
 from juggler.router.ollama.messages import Format, Message

@@ -11,12 +11,11 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from juggler.api.embeddings import EmbeddingRequest, RerankRequest
 from juggler.api.openai import (
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,
-    EmbeddingRequest,
-    RerankRequest,
 )
 from juggler.errors import BadRequest
 from juggler.manager import auto_ctx
