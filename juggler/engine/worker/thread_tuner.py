@@ -53,10 +53,13 @@ class _Stat:
     times: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     #: Decodes measured in all (the window keeps the last WINDOW).
     samples: int = 0
+    #: The window's median, kept as times are added (`choose` reads it every decode).
+    median_s: float = 0.0
 
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.times)
+    def add(self, seconds: float) -> None:
+        self.times.append(seconds)
+        self.samples += 1
+        self.median_s = statistics.median(self.times)
 
 
 @dataclass
@@ -106,8 +109,7 @@ class ThreadTuner:
         size = size_of(rows)
         self.decodes[size] = self.decodes.get(size, 0) + 1
         stat = self.stats.setdefault((size, threads), _Stat())
-        stat.times.append(seconds)
-        stat.samples += 1
+        stat.add(seconds)
         best = self.chosen.get(size)
         if best is None or threads == best:
             return
