@@ -15,10 +15,12 @@ def copy_gguf(
     *,
     split_max_tensors: int = 0,
     strings: Mapping[str, str] | None = None,
+    tokens: Mapping[int, str] | None = None,
 ) -> list[Path]:
     """Copy `src` to `dest` (split into parts of at most `split_max_tensors` tensors,
     named `<dest stem>-0000i-of-0000n.gguf` beside `dest`, as llama.cpp names them), with
-    the string keys in `strings` set; returns the files written."""
+    the string keys in `strings` set and the vocabulary's tokens at the ids in `tokens`
+    renamed (their type kept); returns the files written."""
     reader = gguf.GGUFReader(str(src))
     arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
     writer = gguf.GGUFWriter(str(dest), arch, split_max_tensors=split_max_tensors)
@@ -31,7 +33,10 @@ def copy_gguf(
             continue
         kind = field.types[0]
         sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+        value = field.contents()
+        if tokens and field.name == gguf.Keys.Tokenizer.LIST:
+            value = [tokens.get(i, t) for i, t in enumerate(value)]
+        writer.add_key_value(field.name, value, kind, sub_type=sub)
     for key, value in changed.items():
         writer.add_string(key, value)
     for t in reader.tensors:

@@ -44,7 +44,8 @@ def test_reasoning_is_read_from_the_template() -> None:
     assert think_caps(PLAIN) == ThinkCaps()
     assert template_caps(QWEN3).think.reasons and template_caps(QWEN3).hermes
     assert template_reasons("{{ '<|channel|>' }}<think>") is True
-    assert think_caps(template_of("{{ '<|channel|>analysis' }} reasoning_content")) == ThinkCaps()
+    harmony = template_of("{{ '<|channel|>analysis' }} {{ '<|channel|>final' }}")
+    assert think_caps(harmony) == ThinkCaps(reasons=True, harmony=True)
 
 
 def template_of(source: str) -> ChatTemplate:

@@ -22,6 +22,7 @@ from juggler.engine.structured.tool_stream import (
     ToolStream,
 )
 from juggler.engine.structured.tools import ToolPlan
+from juggler.engine.thinking.harmony import HarmonySplitter
 from juggler.engine.thinking.split import ThinkingDelta, ThinkSplitter
 from juggler.engine.thinking.template import NO_THINK, ThinkPlan
 
@@ -93,7 +94,7 @@ class Choice:
     plan: ToolPlan | None = None
     think: ThinkPlan = NO_THINK
     tools: ToolStream | None = None
-    splitter: ThinkSplitter | None = None
+    splitter: ThinkSplitter | HarmonySplitter | None = None
     reasoning: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     #: Logprobs not yet sent in a chunk (streaming).
@@ -108,7 +109,10 @@ class Choice:
         else:
             self.tools = ToolStream()
         if self.think.reasons and self.think.split:
-            self.splitter = ThinkSplitter(inside=self.think.inside)
+            harmony = self.think.harmony
+            self.splitter = (
+                HarmonySplitter() if harmony else ThinkSplitter(inside=self.think.inside)
+            )
 
     def feed(self, ev: StreamEvent) -> list[dict[str, Any]]:
         """The chat deltas of one event ({"content": ...}, {"reasoning_content": ...} or

@@ -58,6 +58,7 @@ from juggler.engine.structured.tools import (
     tool_plan,
 )
 from juggler.engine.thinking.grammar import answer_grammar
+from juggler.engine.thinking.harmony import harmony_messages
 from juggler.engine.thinking.template import NO_THINK, ThinkPlan, request_plan
 from juggler.engine.thinking.usage import with_reasoning
 from juggler.errors import BadRequest
@@ -93,6 +94,7 @@ def render(
 ) -> list[int]:
     """The prompt's tokens (with its images', `api.media`)."""
     try:
+        messages = harmony_messages(messages) if think.harmony else messages
         text = engine.template.render(
             messages, add_generation_prompt=True, tools=tools, variables=think.variables
         )
@@ -122,7 +124,9 @@ def chat_sampling(
     elif plan is not None and grammar is None:
         grammar = tool_grammar(plan)  # "none": plain text
     raw, default = body.grammar is not None, engine.config.flags.grammar
-    grammar = answer_grammar(grammar, raw=raw, on=think.on, inside=think.inside, default=default)
+    grammar = answer_grammar(
+        grammar, raw=raw, on=think.on, inside=think.inside, default=default, harmony=think.harmony
+    )
     top = (body.top_logprobs or 0) if body.logprobs else None
     return dataclasses.replace(params, grammar=grammar, top_logprobs=top)
 

@@ -38,6 +38,7 @@ from juggler.engine.structured.tools import (
     tool_plan,
 )
 from juggler.engine.thinking.grammar import with_thinking
+from juggler.engine.thinking.harmony import harmony_messages
 from juggler.engine.thinking.template import (
     EMPTY_THINKING,
     NO_THINK,
@@ -69,7 +70,7 @@ def sampling(
     elif plan is not None and grammar is None:
         grammar = tool_grammar(plan)  # "none": plain text
     if grammar is not None and think.on:
-        grammar = with_thinking(grammar, inside=think.inside)
+        grammar = with_thinking(grammar, inside=think.inside, harmony=think.harmony)
     grammar = grammar if grammar is not None else engine.config.flags.grammar  # --grammar
     if grammar is not None:
         engine.model.check_grammar(grammar)
@@ -121,6 +122,12 @@ def response_think(caps: ThinkCaps, model: str, body: ResponsesRequest) -> Think
     effort on (a model that cannot think answers it with a 400); unset, the template's
     default."""
     effort = body.reasoning.effort if body.reasoning is not None else None
+    if caps.harmony and effort not in (None, "medium"):
+        raise BadRequest(
+            "reasoning.effort: gpt-oss thinks at its template's default (medium) here; "
+            "other efforts are set through /v1/chat/completions' reasoning_effort",
+            param="reasoning.effort",
+        )
     asked: Effort | None = None if effort is None else "none" if effort == "none" else "high"
     try:
         return think_plan(caps, model, effort=asked)
@@ -179,6 +186,7 @@ async def create(
         delta, template_tools = chat_messages([*system, *turns], plan, caps)
     try:
         suffix = header_suffix(caps.think, think)
+        delta = harmony_messages(delta) if think.harmony else delta
         await engine.append_input(sid, messages=delta, tools=template_tools, header_suffix=suffix)
         sink = await engine.generate(sid, params)
     except BaseException:

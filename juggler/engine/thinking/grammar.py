@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from juggler.engine.thinking.harmony import with_harmony
+
 ANSWER_ROOT = "juggler-answer"
 
 #: After `<think>`: characters up to and including the first `</think>`.
@@ -33,21 +35,31 @@ def rename_root(grammar: str, name: str = ANSWER_ROOT) -> str:
     return "".join(name if t == "root" else t for t in _TOKEN.findall(grammar))
 
 
-def with_thinking(grammar: str, *, inside: bool) -> str:
+def with_thinking(grammar: str, *, inside: bool, harmony: bool = False) -> str:
     """The answer's grammar after optional thinking (`<think>` ... `</think>`), or, when
-    the prompt opened the `<think>` (`inside`), after the rest of the thinking."""
+    the prompt opened the `<think>` (`inside`), after the rest of the thinking; for a
+    harmony model, in its final channel after an optional analysis message."""
+    if harmony:
+        return with_harmony(rename_root(grammar), ANSWER_ROOT)
     head = "juggler-t0 juggler-gap" if inside else '("<think>" juggler-t0 juggler-gap)?'
     return f"root ::= {head} {ANSWER_ROOT}\n{_THINKING}\n{rename_root(grammar)}"
 
 
 def answer_grammar(
-    grammar: str | None, *, raw: bool, on: bool, inside: bool, default: str | None
+    grammar: str | None,
+    *,
+    raw: bool,
+    on: bool,
+    inside: bool,
+    default: str | None,
+    harmony: bool = False,
 ) -> str | None:
-    """A structured output's grammar holds the answer, after the thinking (`on`); a raw
-    GBNF `grammar` (llama-server's: `raw`) holds the whole output, as does the model's
-    `--grammar` (`default`) when the request gives none."""
+    """A structured output's grammar holds the answer, after the thinking (`on`; for a
+    harmony model, in its final channel); a raw GBNF `grammar` (llama-server's: `raw`)
+    holds the whole output, as does the model's `--grammar` (`default`) when the request
+    gives none."""
     if grammar is None:
         return default
     if raw or not on:
         return grammar
-    return with_thinking(grammar, inside=inside)
+    return with_thinking(grammar, inside=inside, harmony=harmony)

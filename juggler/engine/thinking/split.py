@@ -36,7 +36,7 @@ class _State(enum.Enum):
     ANSWER = "answer"
 
 
-def _partial_tail(text: str, tag: str) -> int:
+def partial_tail(text: str, tag: str) -> int:
     """How many of the last characters of `text` are a proper prefix of `tag`."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
         if tag.startswith(text[-n:]):
@@ -76,7 +76,7 @@ class ThinkSplitter:
                     self._thinking(text[:end], out, final=True)
                     self.state, text = _State.AFTER, text[end + len(CLOSE) :]
                     continue
-                cut = _partial_tail(text, CLOSE)
+                cut = partial_tail(text, CLOSE)
                 self._thinking(text[: len(text) - cut], out, final=False)
                 self.held = text[len(text) - cut :]
                 return out

@@ -5,9 +5,12 @@ A template reasons when it speaks of thinking: `<think>`, `enable_thinking` or
 `reasoning_content` (Qwen3, DeepSeek-R1, QwQ, SmolLM3 ...). Thinking is turned off the
 way the model expects: the template variable `enable_thinking` false where the template
 reads it (Qwen3 then writes an empty `<think>\\n\\n</think>` block itself), else Juggler
-writes that empty block after the generation prompt. gpt-oss's harmony channels are not
-split (its `<|channel|>` tokens are special tokens): such a model is served as one that
-does not reason.
+writes that empty block after the generation prompt.
+
+gpt-oss's harmony template (`<|channel|>analysis` ... `final`) reasons too: its thinking is
+the analysis channel (`harmony.py`). It takes `reasoning_effort` ("low", "medium",
+"high") as a template variable and cannot stop thinking: turning thinking off
+(`enable_thinking` false, effort "none") asks for the least, "low", as "minimal" does.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Literal
 
 from juggler.engine.llama.chat import ChatTemplate
 from juggler.errors import BadRequest
-from juggler.reasoning import template_reasons
+from juggler.reasoning import template_harmony, template_reasons
 
 #: Variables the engine gives every template itself: chat_template_kwargs may not set them.
 RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
@@ -36,11 +39,15 @@ class ThinkCaps:
     toggle: bool = False
     #: Its generation prompt ends inside an open `<think>` (DeepSeek-R1's templates).
     opens: bool = False
+    #: gpt-oss's harmony channels.
+    harmony: bool = False
 
 
 def think_caps(template: ChatTemplate) -> ThinkCaps:
     source = template.source
-    if not template_reasons(source) or "<|channel|>" in source:
+    if template_harmony(source):
+        return ThinkCaps(reasons=True, harmony=True)
+    if not template_reasons(source):
         return ThinkCaps()
     try:
         prompt = template.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
@@ -65,6 +72,8 @@ class ThinkPlan:
     inside: bool = False
     #: Split the thinking from the answer (llama-server's reasoning_format other than none).
     split: bool = True
+    #: The thinking is harmony's analysis channel (gpt-oss).
+    harmony: bool = False
 
 
 def _wanted(
@@ -108,6 +117,8 @@ def think_plan(
         if on and source:
             raise BadRequest(f'"{model}" does not support thinking', param=source)
         return ThinkPlan(variables=variables)
+    if caps.harmony:
+        return _harmony_plan(variables, on, effort, split)
     if effort is not None:
         variables.setdefault("reasoning_effort", effort)
     if on is False:
@@ -119,6 +130,18 @@ def think_plan(
     if on and caps.toggle:
         variables["enable_thinking"] = True
     return ThinkPlan(reasons=True, on=True, variables=variables, inside=caps.opens, split=split)
+
+
+def _harmony_plan(
+    variables: dict[str, Any], on: bool | None, effort: Effort | None, split: bool
+) -> ThinkPlan:
+    """gpt-oss's effort is its template's `reasoning_effort`; it always thinks, so off
+    (and "minimal") asks for the least, "low"."""
+    if effort in ("none", "minimal") or on is False:
+        variables["reasoning_effort"] = "low"
+    elif effort is not None:
+        variables.setdefault("reasoning_effort", effort)
+    return ThinkPlan(reasons=True, on=True, variables=variables, split=split, harmony=True)
 
 
 def request_plan(
