@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as C
 
+from juggler.api.structured import FunctionDef
 from juggler.engine.llama.native import Model
 from juggler.engine.llama.native_sampler import _Candidates, parse_grammar
 from juggler.engine.structured.grammar import schema_grammar
+from juggler.engine.structured.tools import ToolPlan, ToolSyntax, tool_grammar
 from juggler.engine.thinking.grammar import answer_grammar
 from tests.harmony_copy import FORCED, harmony_copy
 
@@ -70,3 +72,21 @@ def test_the_tests_forcing_grammar_parses(model: Model) -> None:
     )
     assert accepts(model, FORCED, out)
     assert not accepts(model, FORCED, "It is Paris.")
+
+
+def test_tool_calls_after_the_analysis(model: Model) -> None:
+    """ "Tool calls made after thinking still parse": Juggler's tool-call format holds the
+    final channel after the analysis."""
+    weather = FunctionDef(
+        name="weather",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+    )
+    plan = ToolPlan((weather,), "required", True, ToolSyntax.HERMES)
+    g = answer_grammar(
+        tool_grammar(plan), raw=False, on=True, inside=False, default=None, harmony=True
+    )
+    assert g is not None
+    call = '<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    think = "<|channel|>analysis<|message|>weather, then.<|end|><|start|>assistant"
+    assert accepts(model, g, f"{think}<|channel|>final<|message|>{call}")
+    assert not accepts(model, g, f"{think}<|channel|>final<|message|>It is sunny.")
