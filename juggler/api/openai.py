@@ -52,6 +52,10 @@ class AdapterSpec(BaseModel):
 
 #: The body field that carries `AdapterSpec` from the router to a backend.
 ADAPTER_FIELD = "juggler_adapter"
+#: Router -> backend: a chat's prompt rendered by a created model's TEMPLATE (Ollama's).
+PROMPT_FIELD = "juggler_prompt"
+#: Router -> backend: a created model's PARAMETERs the Responses API has no field for.
+SAMPLING_FIELD = "juggler_sampling"
 
 
 class StreamOptions(_Body):
@@ -229,6 +233,8 @@ class ChatRequest(GenerationBody):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     #: More variables for the chat template (llama-server's), e.g. {"enable_thinking": false}.
     chat_template_kwargs: dict[str, Any] | None = None
+    #: Router -> backend only: the prompt of a created model's TEMPLATE, sent as it is.
+    juggler_prompt: SkipJsonSchema[StrictStr | None] = None
     #: llama-server's: "none" leaves the thinking in the content; else it is
     #: `reasoning_content`.
     reasoning_format: Literal["auto", "deepseek", "none"] | None = None

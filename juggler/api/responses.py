@@ -258,6 +258,8 @@ class ResponsesRequest(Strict):
     image: ImageOptions | None = None
     #: Router -> backend only (hidden from the router's OpenAPI document).
     juggler_adapter: SkipJsonSchema[AdapterSpec | None] = None
+    #: Router -> backend only: a created model's PARAMETERs (OpenAI sampling fields).
+    juggler_sampling: SkipJsonSchema[dict[str, Any] | None] = None
 
     @field_validator("stream", "store", mode="before")
     @classmethod

@@ -32,12 +32,7 @@ from juggler.engine.http.choices import (
     openai_finish,
     stop_fields,
 )
-from juggler.engine.http.requests import (
-    adapter_ref,
-    choice_params,
-    format_grammar,
-    sampling_params,
-)
+from juggler.engine.http.requests import adapter_ref, choice_params, format_grammar, sampling_params
 from juggler.engine.http.streaming import (
     batches,
     collect,
@@ -159,7 +154,10 @@ def prepare_chat(
     plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
     think = chat_think(engine, caps, body)
     messages, template_tools = chat_messages(body.messages, plan, caps)
-    prompt = render(engine, messages, template_tools, think)
+    if body.juggler_prompt is None:
+        prompt = render(engine, messages, template_tools, think)
+    else:  # a created model's TEMPLATE, rendered by the router
+        prompt = engine.tokenize_prompt(body.juggler_prompt)
     return plan, prompt, checked(engine, chat_sampling(engine, body, plan, think)), think
 
 

@@ -9,19 +9,21 @@ conversation's KV, so only the new input is prefilled; usage reports the rest as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from fastapi import Request
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from juggler.api.openai import ChatMessage
+from juggler.api.openai import ChatMessage, SamplingBody
 from juggler.api.responses import ResponsesRequest
 from juggler.engine.http.choices import Choice, chat_logprobs
 from juggler.engine.http.openai_routes import render as render_prompt
-from juggler.engine.http.requests import adapter_ref
+from juggler.engine.http.requests import adapter_ref, sampling_params
 from juggler.engine.http.response_fit import fit_turns
 from juggler.engine.http.response_shapes import EventNumbers, OutputItems, response_object
 from juggler.engine.http.response_store import ResponseStore, StoredResponse
@@ -75,13 +77,25 @@ def sampling(
     if grammar is not None:
         engine.model.check_grammar(grammar)
     limit = body.max_output_tokens
-    return SamplingParams(
+    if body.juggler_sampling:  # a created model's PARAMETERs the Responses API lacks
+        d = modelfile_sampling(engine, body.juggler_sampling)
+    return dataclasses.replace(
+        d,
         max_new_tokens=engine.config.flags.ctx_size if limit is None else limit,
         temperature=d.temperature if body.temperature is None else body.temperature,
         top_p=d.top_p if body.top_p is None else body.top_p,
         grammar=grammar,
         top_logprobs=(body.top_logprobs or 0) if body.wants_logprobs else None,
     )
+
+
+def modelfile_sampling(engine: Engine, fields: dict[str, Any]) -> SamplingParams:
+    try:
+        extra = SamplingBody.model_validate(fields)
+    except ValidationError as exc:
+        raise BadRequest(f"the model's PARAMETERs: {exc.errors()[0]['msg']}") from None
+    flags = engine.config.flags
+    return sampling_params(extra, flags.ctx_size, n_vocab=engine.model.n_vocab)
 
 
 def fitted(

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from juggler.api.openai import ADAPTER_FIELD
+from juggler.api.openai import ADAPTER_FIELD, PROMPT_FIELD, SAMPLING_FIELD
 from juggler.errors import BadRequest
 from juggler.options import bad_request_from
 
@@ -33,6 +33,9 @@ async def read_json(request: Request) -> dict[str, Any]:
             f"{ADAPTER_FIELD} is set by the server; name a LoRA adapter as the model",
             param=ADAPTER_FIELD,
         )
+    for own in (PROMPT_FIELD, SAMPLING_FIELD):
+        if own in data:
+            raise BadRequest(f"{own} is set by the server", param=own)
     if b"\\u" in raw and _has_lone_surrogate(data):
         raise BadRequest("request body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
     return data

@@ -74,24 +74,30 @@ def templated(template: str, path: str, base: dict[str, Any]) -> tuple[str, dict
     prompt; a completion (raw) is left as it is."""
     if path != CHAT_PATH:
         return path, base
-    if base.get("tools"):
-        raise NotImplementedParam(
-            "tools",
-            "this model has a TEMPLATE of its own, and Juggler reads tool calls only with "
-            "the model's chat template",
-        )
-    for m in base["messages"]:
-        parts = m.get("content") if isinstance(m.get("content"), list) else []
-        if any(isinstance(p, dict) and p.get("type") != "text" for p in parts):
-            raise NotImplementedParam(
-                "images", "this model has a TEMPLATE of its own, which renders text only"
-            )
-    try:
-        prompt = PromptTemplate(template).prompt(base["messages"])
-    except TemplateError as exc:
-        raise BadRequest(f"template: {exc}", param="template") from None
+    prompt = template_prompt(template, base["messages"], base.get("tools"))
     out = {k: v for k, v in base.items() if k not in ("messages", "response_format")}
     fmt = base.get("response_format")
     if fmt is not None:
         out["json_schema"] = fmt["json_schema"]["schema"]
     return COMPLETION_PATH, {**out, "prompt": prompt}
+
+
+def template_prompt(template: str, messages: list[dict[str, Any]], tools: Any) -> str:
+    """OpenAI chat `messages` rendered through a TEMPLATE (text only, no tools)."""
+    if tools:
+        raise NotImplementedParam(
+            "tools",
+            "this model has a TEMPLATE of its own, and Juggler reads tool calls only with "
+            "the model's chat template",
+        )
+    for m in messages:
+        content = m.get("content")
+        parts = content if isinstance(content, list) else []
+        if any(isinstance(p, dict) and p.get("type") != "text" for p in parts):
+            raise NotImplementedParam(
+                "images", "this model has a TEMPLATE of its own, which renders text only"
+            )
+    try:
+        return PromptTemplate(template).prompt(messages)
+    except TemplateError as exc:
+        raise BadRequest(f"template: {exc}", param="template") from None
