@@ -233,6 +233,9 @@ class ChatRequest(GenerationBody):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     #: More variables for the chat template (llama-server's), e.g. {"enable_thinking": false}.
     chat_template_kwargs: dict[str, Any] | None = None
+    #: Juggler's extension: at most this many tokens of thinking, then it is closed
+    #: (Anthropic's `thinking.budget_tokens` arrives as this).
+    thinking_budget_tokens: int | None = Field(default=None, ge=0)
     #: Router -> backend only: the prompt of a created model's TEMPLATE, sent as it is.
     juggler_prompt: SkipJsonSchema[StrictStr | None] = None
     #: llama-server's: "none" leaves the thinking in the content; else it is

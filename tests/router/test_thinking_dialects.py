@@ -104,6 +104,8 @@ def test_anthropic_thinking_turns_it_on_and_off_as_anthropic_defaults() -> None:
     assert prompt()["chat_template_kwargs"] == {"enable_thinking": False}
     on = prompt(thinking={"type": "enabled", "budget_tokens": 2048})
     assert on["chat_template_kwargs"] == {"enable_thinking": True}
+    assert on["thinking_budget_tokens"] == 2048, "the budget is counted apart"
+    assert "thinking_budget_tokens" not in prompt(thinking={"type": "adaptive"})
     assert prompt(thinking={"type": "adaptive"})["chat_template_kwargs"]["enable_thinking"]
     assert not prompt(thinking={"type": "disabled"})["chat_template_kwargs"]["enable_thinking"]
     with pytest.raises(BadRequest) as err:

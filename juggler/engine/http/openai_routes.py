@@ -52,6 +52,7 @@ from juggler.engine.structured.tools import (
     tool_grammar,
     tool_plan,
 )
+from juggler.engine.thinking.budget import think_budget
 from juggler.engine.thinking.grammar import answer_grammar
 from juggler.engine.thinking.harmony import harmony_messages
 from juggler.engine.thinking.template import NO_THINK, ThinkPlan, request_plan
@@ -123,7 +124,8 @@ def chat_sampling(
         grammar, raw=raw, on=think.on, inside=think.inside, default=default, harmony=think.harmony
     )
     top = (body.top_logprobs or 0) if body.logprobs else None
-    return dataclasses.replace(params, grammar=grammar, top_logprobs=top)
+    budget = think_budget(think, body.thinking_budget_tokens)
+    return dataclasses.replace(params, grammar=grammar, top_logprobs=top, **budget)
 
 
 def chat_think(engine: Engine, caps: ToolCaps, body: api.ChatRequest) -> ThinkPlan:

@@ -25,6 +25,7 @@ from juggler.engine.llama.native_sampler import Sampler, check_grammar
 from juggler.engine.llama.placement import TAP, Recording
 from juggler.engine.llama.ports import ContextParams, LlamaContext
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.thinking.budget import BudgetSampler
 from juggler.errors import BadRequest, CheckpointMissing, EngineError, LoadFailed
 
 log = logging.getLogger(__name__)
@@ -183,9 +184,18 @@ class Model:
 
     def new_sampler(
         self, ctx: LlamaContext, params: SamplingParams, *, banned: Sequence[int] = ()
-    ) -> Sampler:
+    ) -> Sampler | BudgetSampler:
         eog = self.eog_tokens()
-        return Sampler(self.vocab, self.n_vocab, ctx, params, banned, eog[0] if eog else self.eos)
+        inner = Sampler(self.vocab, self.n_vocab, ctx, params, banned, eog[0] if eog else self.eos)
+        if params.think_budget < 0 or not params.think_form:
+            return inner
+        return BudgetSampler(
+            inner,
+            budget=params.think_budget,
+            form=params.think_form,
+            piece=self.piece,
+            tokenize=lambda text: self.tokenize(text, add_special=False),
+        )
 
     def check_grammar(self, grammar: str) -> None:
         """BadRequest when llama.cpp cannot parse the GBNF grammar (any thread)."""

@@ -330,6 +330,15 @@ class Sampler:
         cand.apply(self.post)
         return cand.selected()
 
+    def accept(self, token: int) -> bool:
+        """Take `token` as if drawn (False, taking nothing: the grammar refuses it)."""
+        if self.grammar is not None:
+            if not self._allows(token):
+                return False
+            C.llama_sampler_accept(self.grammar, token)
+        C.llama_sampler_accept(self.ptr, token)
+        return True
+
     def close(self) -> None:
         if self.ptr:
             C.llama_sampler_free(self.ptr)  # frees `pre` and `post` with it

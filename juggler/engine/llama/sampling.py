@@ -42,6 +42,10 @@ class SamplingParams:
     top_logprobs: int | None = None
     #: Prompt-lookup speculative decoding for this request; None: the engine's default.
     speculative: bool | None = None
+    #: A thinking budget: at most this many tokens of thinking (-1: none), in the form
+    #: `thinking.budget.FORMS` names ("think", "inside", "harmony").
+    think_budget: int = -1
+    think_form: str = ""
 
     def resolved_seed(self) -> int:
         return self.seed if self.seed is not None else random.getrandbits(32)

@@ -4,8 +4,9 @@
 - `thinking: {"type": "enabled", "budget_tokens": N}` (N at least 1024 and under
   `max_tokens`, as Anthropic checks) or `{"type": "adaptive"}` turn a reasoning model's
   thinking on; `{"type": "disabled"}`, or no `thinking`, off (Anthropic's default). The
-  budget is not counted apart: `max_tokens` bounds thinking and answer together
-  (Anthropic calls the budget a target, not a limit).
+  budget is counted apart (`thinking_budget_tokens`, engine/thinking/budget): once the
+  model has thought that many tokens, its thinking is closed for it and the answer
+  follows; `max_tokens` bounds thinking and answer together.
 - A model that cannot think answers "enabled" with the backend's 400 (`"<model>" does
   not support thinking`); "disabled" changes nothing for it.
 - An assistant turn's `thinking` blocks (with their `signature`, not checked) are the
@@ -54,7 +55,10 @@ def request_thinking(thinking: Any, max_tokens: int | None) -> dict[str, Any]:
             f"thinking.budget_tokens: only with type enabled, not {kind}",
             param="thinking.budget_tokens",
         )
-    return {"chat_template_kwargs": {"enable_thinking": kind != "disabled"}}
+    out: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": kind != "disabled"}}
+    if kind == "enabled":
+        out["thinking_budget_tokens"] = budget
+    return out
 
 
 def thinking_text(param: str, block: Any) -> str | None:
