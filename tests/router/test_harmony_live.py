@@ -182,25 +182,25 @@ def test_ollama_thinking_whole_and_streamed(server: RunningServer) -> None:
 
 
 def test_anthropic_thinking_blocks_whole_and_streamed(server: RunningServer) -> None:
-    claude = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
-    kw: Any = {
-        "model": MODEL,
-        "max_tokens": 2048,
-        "messages": ASK,
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
-        "extra_body": {"temperature": 0},
-    }
-    whole = claude.messages.create(**kw)
-    first, text = whole.content
-    assert first.type == "thinking" and text.type == "text"
-    split(first.thinking, text.text)
-    with claude.messages.stream(**kw) as stream:
-        deltas = [e.delta.type for e in stream if e.type == "content_block_delta"]
-        final = stream.get_final_message()
-    assert "thinking_delta" in deltas and "signature_delta" in deltas
-    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in whole.content]
-    # The next turn sends the thinking back (the template drops a final turn's analysis).
-    again = claude.messages.create(
-        **{**kw, "messages": [*ASK, {"role": "assistant", "content": whole.content}, *ASK]}
-    )
-    assert [b.type for b in again.content] == ["thinking", "text"]
+    with anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0) as claude:
+        kw: Any = {
+            "model": MODEL,
+            "max_tokens": 2048,
+            "messages": ASK,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "extra_body": {"temperature": 0},
+        }
+        whole = claude.messages.create(**kw)
+        first, text = whole.content
+        assert first.type == "thinking" and text.type == "text"
+        split(first.thinking, text.text)
+        with claude.messages.stream(**kw) as stream:
+            deltas = [e.delta.type for e in stream if e.type == "content_block_delta"]
+            final = stream.get_final_message()
+        assert "thinking_delta" in deltas and "signature_delta" in deltas
+        assert [b.model_dump() for b in final.content] == [b.model_dump() for b in whole.content]
+        # The next turn sends the thinking back (the template drops a final turn's analysis).
+        again = claude.messages.create(
+            **{**kw, "messages": [*ASK, {"role": "assistant", "content": whole.content}, *ASK]}
+        )
+        assert [b.type for b in again.content] == ["thinking", "text"]

@@ -143,23 +143,23 @@ def prompt(message: Any) -> int:
 
 
 def test_anthropic_messages_take_the_modelfile(server: RunningServer) -> None:
-    claude = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
-    got = claude.messages.create(model="pirate", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
-    ours = ollama_chat(server, "pirate", ASK)
-    assert got.content[0].type == "text" and got.content[0].text == ours.message.content
-    assert prompt(got) == ours.prompt_eval_count
-    own = claude.messages.create(model="pirate", max_tokens=5, system="Be terse.", messages=ASK)  # type: ignore[arg-type]
-    base = claude.messages.create(
-        model=DEFAULT_MODEL,
-        max_tokens=5,
-        system="Be terse.",
-        messages=ASK,  # type: ignore[arg-type]
-        extra_body={"temperature": 0},
-    )
-    assert [b.model_dump() for b in own.content] == [b.model_dump() for b in base.content]
-    assert prompt(own) == prompt(base) != prompt(got)
-    canada = claude.messages.create(model="canada", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
-    assert prompt(canada) == ollama_chat(server, "canada", ASK).prompt_eval_count
+    with anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0) as claude:
+        got = claude.messages.create(model="pirate", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
+        ours = ollama_chat(server, "pirate", ASK)
+        assert got.content[0].type == "text" and got.content[0].text == ours.message.content
+        assert prompt(got) == ours.prompt_eval_count
+        own = claude.messages.create(model="pirate", max_tokens=5, system="Be terse.", messages=ASK)  # type: ignore[arg-type]
+        base = claude.messages.create(
+            model=DEFAULT_MODEL,
+            max_tokens=5,
+            system="Be terse.",
+            messages=ASK,  # type: ignore[arg-type]
+            extra_body={"temperature": 0},
+        )
+        assert [b.model_dump() for b in own.content] == [b.model_dump() for b in base.content]
+        assert prompt(own) == prompt(base) != prompt(got)
+        canada = claude.messages.create(model="canada", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
+        assert prompt(canada) == ollama_chat(server, "canada", ASK).prompt_eval_count
 
 
 def test_responses_take_system_messages_and_parameters(server: RunningServer) -> None:
