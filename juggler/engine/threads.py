@@ -24,6 +24,7 @@ from collections.abc import Callable
 from juggler.compute.board import BoardReader
 from juggler.compute.cpus import allowed_cpus, pin_process
 from juggler.compute.plan import Share, split_threads
+from juggler.engine.omp import release_pool
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class ThreadGovernor:
         board: BoardReader | None = None,
         clock: Callable[[], float] = time.monotonic,
         pin: Callable[[tuple[int, ...]], None] = pin_process,
+        release: Callable[[], bool] = release_pool,
     ) -> None:
         self.fixed_threads = fixed_threads
         self._board = board if fixed_threads <= 0 else None
@@ -53,6 +55,10 @@ class ThreadGovernor:
         self._pinned: tuple[int, ...] | None = None
         #: Each worker's thread count at its last decode (reported on /health).
         self.applied: dict[int, int] = {}
+        #: Workers given more than one thread since they last went idle: they may hold
+        #: an OpenMP pool (`engine.omp`).
+        self._pools: set[int] = set()
+        self._release = release
 
     def share(self) -> Share:
         """The share in force: the board's, else the process's own cores."""
@@ -65,6 +71,8 @@ class ThreadGovernor:
         """The threads `worker_id` decodes with now; marks it busy."""
         if self.fixed_threads > 0:
             self.applied[worker_id] = self.fixed_threads
+            if self.fixed_threads > 1:
+                self._pools.add(worker_id)
             return self.fixed_threads
         with self._lock:
             now = self._clock()
@@ -72,6 +80,8 @@ class ThreadGovernor:
             share = self.share()
             if share.fixed and self._board is not None:  # the plan is off: all cores each
                 self.applied[worker_id] = share.threads
+                if share.threads > 1:
+                    self._pools.add(worker_id)
                 return share.threads
             if share.cpus != self._pinned and self._board is not None:
                 self._pinned = share.cpus
@@ -79,14 +89,22 @@ class ThreadGovernor:
             active = sorted(w for w, t in self._active.items() if now - t < ACTIVE_WINDOW_S)
             n = split_threads(share.threads, len(active))[active.index(worker_id)]
             self.applied[worker_id] = n
+            if n > 1:
+                self._pools.add(worker_id)
             return n
 
     def idle(self, worker_id: int) -> None:
         """`worker_id` has nothing to decode (it is about to wait for a command): from
         their next decode on, the busy workers divide its threads (a lone stream on one
-        of two workers decodes with every thread, not half of them)."""
+        of two workers decodes with every thread, not half of them). Called on the
+        worker's own thread: where other workers decode too, it gives back its OpenMP
+        pool, so that the busy worker's helper threads keep spinning (`engine.omp`)."""
         with self._lock:
             self._active.pop(worker_id, None)
+            give_back = worker_id in self._pools and len(self.applied) > 1
+            self._pools.discard(worker_id)
+        if give_back:
+            self._release()
 
     def status(self) -> dict[str, object]:
         """For /health: the share and each worker's threads at its last decode."""

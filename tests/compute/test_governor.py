@@ -63,6 +63,38 @@ def test_a_worker_that_went_idle_leaves_its_threads_to_the_busy_one(tmp_path: Pa
     writer.close_all()
 
 
+def test_a_worker_going_idle_gives_back_its_openmp_pool_where_others_decode(
+    tmp_path: Path,
+) -> None:
+    """Issue 47: libgomp's helpers sleep after every region once its pools count more
+    threads than cores (a lone SmolLM2 stream on two workers: 0.77x of one worker), so a
+    worker that ran out of work gives back the pool it may hold, and only then."""
+    clock, pinned, released = FakeClock(), [], []
+    writer = BoardWriter(tmp_path)
+    share = Share(2, (0, 1), busy=True)
+    gov = ThreadGovernor(
+        board=BoardReader(writer.open(1, share)),
+        clock=clock,
+        pin=pinned.append,
+        release=lambda: released.append(1) or True,
+    )
+    assert gov.threads_for(0) == 2
+    gov.idle(0)
+    assert released == []  # the only worker so far: its pool is the only one
+    assert gov.threads_for(1) == 2
+    gov.idle(1)
+    assert released == [1]  # two workers decode in this backend: give it back
+    gov.idle(1)
+    assert released == [1]  # once: no pool since
+    assert gov.threads_for(0) == 2
+    assert gov.threads_for(1) == 1  # both busy: one thread each, no region, no pool
+    gov.idle(1)
+    assert released == [1]
+    gov.idle(0)
+    assert released == [1, 1]  # worker 0 decoded with two threads before
+    writer.close_all()
+
+
 def test_explicit_threads_and_the_plan_off_keep_each_worker_at_its_count(tmp_path: Path) -> None:
     clock, pinned = FakeClock(), []
     fixed = ThreadGovernor(fixed_threads=3, clock=clock, pin=pinned.append)
