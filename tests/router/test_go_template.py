@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from juggler.errors import BadRequest
-from juggler.router.ollama.gorender import render
-from juggler.router.ollama.gotemplate import TemplateError, parse
-from juggler.router.ollama.prompt_template import PromptTemplate, check
+from juggler.router.core.gorender import render
+from juggler.router.core.gotemplate import TemplateError, parse
+from juggler.router.core.prompt_template import PromptTemplate, check
 
 CHAT = [
     {"role": "system", "content": "Be brief."},

@@ -24,9 +24,9 @@ from juggler.router.anthropic.wire import MessagesRequest, PromptBody, validated
 from juggler.router.core.bodies import read_json
 from juggler.router.core.deps import state_of
 from juggler.router.core.image_fetch import inline_images
+from juggler.router.core.modelfile_requests import apply_modelfile
 from juggler.router.core.openapi import body_of
 from juggler.router.core.relay import read_whole, translated
-from juggler.router.ollama import compat
 
 router = APIRouter()
 CHAT_PATH = "/v1/chat/completions"
@@ -40,7 +40,7 @@ async def _forward(
     """Send the chat body to the model's backend (a LoRA adapter runs on its base)."""
     state = state_of(request)
     await inline_images(chat, state.settings)  # url image sources, where allowed (issue 51)
-    compat.apply(state, model, CHAT_PATH, chat)  # a created model's Modelfile (Ollama's)
+    apply_modelfile(state, model, CHAT_PATH, chat)  # a created model's Modelfile (Ollama's)
     target = state.adapters.route(model, chat)
     end = state.adapters.hold(target)
     try:

@@ -13,5 +13,8 @@
   `adapters` (LoRA adapters: routing and in-flight counts), `figures` (the backends'
   figures, polled), `tables` (which backend holds a session or a stored response);
 - models as every face shows and installs them: `catalog_view` (a model's entry and
-  file facts), `pulls` (downloads as events, and deletes).
+  file facts), `pulls` (downloads as events, and deletes);
+- models made by Ollama's create, as every face serves them: `modelfiles` (a Modelfile's
+  defaults, kept), `modelfile_requests` (applied to OpenAI and Anthropic requests),
+  `prompt_template` with `gotemplate` / `gorender` (a TEMPLATE rendered, Go's syntax).
 """

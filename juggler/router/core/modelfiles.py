@@ -32,6 +32,20 @@ if TYPE_CHECKING:
 
 #: Ollama parameters that are load options (kept as the model's saved load options too).
 LOAD_PARAMS = frozenset({"num_ctx", "num_batch", "num_thread", "num_gpu"})
+#: Ollama's sampling options (and PARAMETERs) as OpenAI body fields.
+OPENAI_SAMPLING = {
+    "num_predict": "max_tokens",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "seed": "seed",
+    "repeat_penalty": "repeat_penalty",
+    "repeat_last_n": "repeat_last_n",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "stop": "stop",
+}
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from juggler.errors import BadRequest, NotImplementedParam
 from juggler.router.core.modelfiles import ModelDefaults
-from juggler.router.ollama.gotemplate import TemplateError
+from juggler.router.core.prompt_template import template_prompt
 from juggler.router.ollama.messages import Message
-from juggler.router.ollama.prompt_template import PromptTemplate
 from juggler.router.ollama.wire import ChatBody, GenerateBody
 
 CHAT_PATH = "/v1/chat/completions"
@@ -80,24 +78,3 @@ def templated(template: str, path: str, base: dict[str, Any]) -> tuple[str, dict
     if fmt is not None:
         out["json_schema"] = fmt["json_schema"]["schema"]
     return COMPLETION_PATH, {**out, "prompt": prompt}
-
-
-def template_prompt(template: str, messages: list[dict[str, Any]], tools: Any) -> str:
-    """OpenAI chat `messages` rendered through a TEMPLATE (text only, no tools)."""
-    if tools:
-        raise NotImplementedParam(
-            "tools",
-            "this model has a TEMPLATE of its own, and Juggler reads tool calls only with "
-            "the model's chat template",
-        )
-    for m in messages:
-        content = m.get("content")
-        parts = content if isinstance(content, list) else []
-        if any(isinstance(p, dict) and p.get("type") != "text" for p in parts):
-            raise NotImplementedParam(
-                "images", "this model has a TEMPLATE of its own, which renders text only"
-            )
-    try:
-        return PromptTemplate(template).prompt(messages)
-    except TemplateError as exc:
-        raise BadRequest(f"template: {exc}", param="template") from None

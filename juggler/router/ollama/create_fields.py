@@ -26,9 +26,9 @@ from juggler.errors import BadRequest, CheckpointMissing, NotImplementedParam
 from juggler.registry.adapters import check_adapter
 from juggler.registry.checkpoint import resolve_checkpoint
 from juggler.router.core.modelfiles import LOAD_PARAMS, ModelDefaults
+from juggler.router.core.prompt_template import check as check_template
 from juggler.router.ollama import modelfile as mf
 from juggler.router.ollama import options as oo
-from juggler.router.ollama.prompt_template import check as check_template
 from juggler.router.ollama.wire import API_VERSION, CreateBody
 from juggler.types import ModelInfo
 

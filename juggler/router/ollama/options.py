@@ -27,23 +27,11 @@ from typing import Any
 
 from juggler.errors import BadRequest, NotImplementedParam
 from juggler.router.core.load_options import LOAD_OPTIONS
+from juggler.router.core.modelfiles import OPENAI_SAMPLING as _SAMPLING
 
 #: keep_alive < 0: never unloaded for being idle (ten years is never, for a server).
 KEEP_S = 10 * 365 * 86400
 
-_SAMPLING = {
-    "num_predict": "max_tokens",
-    "temperature": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "seed": "seed",
-    "repeat_penalty": "repeat_penalty",
-    "repeat_last_n": "repeat_last_n",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "stop": "stop",
-}
 _ENGINE_FLAGS = {"num_batch": "--batch-size", "num_thread": "--threads"}
 #: Options accepted only at the value that means "what Juggler does anyway".
 _NEUTRAL: dict[str, Any] = {

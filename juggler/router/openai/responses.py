@@ -21,9 +21,9 @@ from juggler.manager.lease import Lease
 from juggler.router.core.bodies import parse
 from juggler.router.core.deps import RouterState, state_of
 from juggler.router.core.image_fetch import inline_images
+from juggler.router.core.modelfile_requests import apply_modelfile_responses
 from juggler.router.core.openapi import body_of
 from juggler.router.core.tables import SessionEntry
-from juggler.router.ollama import compat
 
 router = APIRouter()
 
@@ -48,7 +48,7 @@ async def create_response(request: Request) -> Response:
     if not body.model:
         raise BadRequest("model is required", param="model")
     await inline_images(raw, state.settings)  # http(s) images, where allowed (issue 51)
-    compat.apply_responses(state, body.model, raw)  # a created model's Modelfile (Ollama's)
+    apply_modelfile_responses(state, body.model, raw)  # a created model's Modelfile (Ollama's)
     target = state.adapters.route(body.model, raw)  # a LoRA adapter runs on its base
     prev = body.previous_response_id
     if prev is not None:

@@ -32,8 +32,8 @@ from juggler.router.core.catalog_view import (
 )
 from juggler.router.core.deps import RouterState, state_of
 from juggler.router.core.image_fetch import inline_images
+from juggler.router.core.modelfile_requests import apply_modelfile
 from juggler.router.core.openapi import body_of
-from juggler.router.ollama import compat
 from juggler.types import ModelInfo
 
 router = APIRouter()
@@ -135,7 +135,7 @@ async def _generate(
     if auto_load:
         state.settings.model_options(auto_load)  # a bad ctx_size: 400 before any load
     await inline_images(raw, state.settings)  # http(s) images, where allowed (issue 51)
-    compat.apply(state, model, path, raw)  # a created model's Modelfile (Ollama's)
+    apply_modelfile(state, model, path, raw)  # a created model's Modelfile (Ollama's)
     target = state.adapters.route(model, raw)
     end = state.adapters.hold(target)
     try:

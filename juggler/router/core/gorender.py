@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from juggler.router.ollama.gotemplate import Node, Operand, Pipe, TemplateError
+from juggler.router.core.gotemplate import Node, Operand, Pipe, TemplateError
 
 
 def truth(v: Any) -> bool:

@@ -1,7 +1,7 @@
 """A created model's Modelfile on OpenAI's and Anthropic's routes, as Ollama applies it on
 its OpenAI-compatible ones: every request for the model meets its settings here (the
 OpenAI routes' `_generate` and `/v1/responses`, Anthropic's `/v1/messages`), the same way
-Ollama's `/api/chat` meets them (`applied`). Pure but for the book's read.
+Ollama's `/api/chat` meets them (`ollama/applied`). Pure but for the book's read.
 
 - PARAMETERs are defaults: a request's own field wins, one by one (`num_predict` is
   `max_tokens`, unless the request gives `max_completion_tokens`).
@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from juggler.api.openai import PROMPT_FIELD, SAMPLING_FIELD
 from juggler.errors import BadRequest
-from juggler.router.core.modelfiles import ModelDefaults, book_of
-from juggler.router.ollama.applied import template_prompt
-from juggler.router.ollama.options import split_options
+from juggler.router.core.modelfiles import OPENAI_SAMPLING, ModelDefaults, book_of
+from juggler.router.core.prompt_template import template_prompt
 
 if TYPE_CHECKING:
     from juggler.router.core.deps import RouterState
@@ -47,8 +46,13 @@ def defaults_of(state: RouterState, model: str) -> ModelDefaults:
 
 
 def sampling(defaults: ModelDefaults) -> dict[str, Any]:
-    """The PARAMETERs as OpenAI fields (`num_predict` -> `max_tokens`)."""
-    return split_options(defaults.sampling())[0]
+    """The PARAMETERs as OpenAI fields (`num_predict` -> `max_tokens`; a negative one is
+    no limit). Ollama's create checked them."""
+    return {
+        OPENAI_SAMPLING[k]: v
+        for k, v in defaults.sampling().items()
+        if k in OPENAI_SAMPLING and not (k == "num_predict" and v < 0)
+    }
 
 
 def _under(body: dict[str, Any], fields: dict[str, Any]) -> None:
@@ -63,7 +67,7 @@ def _role(item: Any) -> Any:
     return item.get("role") if isinstance(item, dict) else None
 
 
-def apply(state: RouterState, model: str, path: str, body: dict[str, Any]) -> None:
+def apply_modelfile(state: RouterState, model: str, path: str, body: dict[str, Any]) -> None:
     """`body` (an OpenAI chat or completion body) with the model's Modelfile applied."""
     defaults = defaults_of(state, model)
     if defaults.is_empty():
@@ -80,7 +84,7 @@ def apply(state: RouterState, model: str, path: str, body: dict[str, Any]) -> No
         body[PROMPT_FIELD] = template_prompt(defaults.template, body["messages"], body.get("tools"))
 
 
-def apply_responses(state: RouterState, model: str, body: dict[str, Any]) -> None:
+def apply_modelfile_responses(state: RouterState, model: str, body: dict[str, Any]) -> None:
     """A Responses API body with the model's Modelfile applied (see the module's notes)."""
     defaults = defaults_of(state, model)
     if defaults.is_empty():

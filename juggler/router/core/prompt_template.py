@@ -10,7 +10,8 @@ ollama/ollama docs/template.md: `System`, `Prompt`, `Response`, `Messages` (`Rol
   omitted"); a template that names neither `.Messages` nor `.Response` has
   `{{ .Response }}` added at its end (so earlier answers are part of the prompt).
 `check` renders a new template with sample data, so what Juggler cannot render is a 400
-at create time, naming it.
+at create time, naming it. In core: every face that serves a created model renders its
+TEMPLATE (`template_prompt`; Ollama's routes, and `modelfile_requests` for the others).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from juggler.errors import BadRequest
-from juggler.router.ollama.gorender import render
-from juggler.router.ollama.gotemplate import Node, Operand, TemplateError, parse
+from juggler.errors import BadRequest, NotImplementedParam
+from juggler.router.core.gorender import render
+from juggler.router.core.gotemplate import Node, Operand, TemplateError, parse
 
 
 def _identifiers(nodes: list[Node]) -> set[str]:
@@ -177,3 +178,24 @@ def check(text: str, param: str = "template") -> PromptTemplate:
     except TemplateError as exc:
         raise BadRequest(f"{param}: {exc}", param=param) from None
     return template
+
+
+def template_prompt(template: str, messages: list[dict[str, Any]], tools: Any) -> str:
+    """OpenAI chat `messages` rendered through a TEMPLATE (text only, no tools)."""
+    if tools:
+        raise NotImplementedParam(
+            "tools",
+            "this model has a TEMPLATE of its own, and Juggler reads tool calls only with "
+            "the model's chat template",
+        )
+    for m in messages:
+        content = m.get("content")
+        parts = content if isinstance(content, list) else []
+        if any(isinstance(p, dict) and p.get("type") != "text" for p in parts):
+            raise NotImplementedParam(
+                "images", "this model has a TEMPLATE of its own, which renders text only"
+            )
+    try:
+        return PromptTemplate(template).prompt(messages)
+    except TemplateError as exc:
+        raise BadRequest(f"template: {exc}", param="template") from None
