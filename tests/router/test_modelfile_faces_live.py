@@ -158,6 +158,18 @@ def test_anthropic_messages_take_the_modelfile(server: RunningServer) -> None:
         )
         assert [b.model_dump() for b in own.content] == [b.model_dump() for b in base.content]
         assert prompt(own) == prompt(base) != prompt(got)
+        # count_tokens counts the prompt the model gets: its SYSTEM, or its TEMPLATE's.
+        counted = claude.messages.count_tokens(model="pirate", messages=ASK)  # type: ignore[arg-type]
+        assert counted.input_tokens == prompt(got)
+        sky = [{"role": "user", "content": "What colour is the sky?"}]
+        templated = claude.messages.count_tokens(model="qa", messages=sky)  # type: ignore[arg-type]
+        rendered = "Be brief.\nQuestion: What colour is the sky?\nAnswer:"
+        with server.client() as c:
+            raw = c.post(
+                "/v1/completions",
+                json={"model": DEFAULT_MODEL, "prompt": rendered, "max_tokens": 1},
+            )
+        assert templated.input_tokens == raw.json()["usage"]["prompt_tokens"]
         canada = claude.messages.create(model="canada", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
         assert prompt(canada) == ollama_chat(server, "canada", ASK).prompt_eval_count
 

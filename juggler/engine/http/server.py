@@ -176,6 +176,8 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
         engine.require_llm()
 
         def count() -> int:
+            if body.juggler_prompt is not None:  # a created model's TEMPLATE, rendered
+                return len(engine.tokenize_prompt(body.juggler_prompt))
             plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, caps)
             think = openai_routes.chat_think(engine, caps, body)
             messages, tools = chat_messages(body.messages, plan, caps)
