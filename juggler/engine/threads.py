@@ -55,9 +55,9 @@ class ThreadGovernor:
         self._pinned: tuple[int, ...] | None = None
         #: Each worker's thread count at its last decode (reported on /health).
         self.applied: dict[int, int] = {}
-        #: Workers given more than one thread since they last went idle: they may hold
-        #: an OpenMP pool (`engine.omp`).
-        self._pools: set[int] = set()
+        #: Workers given more than one thread since they last gave back their OpenMP
+        #: pool (`engine.omp`), and the most they were given: what that pool may hold.
+        self._pools: dict[int, int] = {}
         self._release = release
 
     def share(self) -> Share:
@@ -72,7 +72,7 @@ class ThreadGovernor:
         if self.fixed_threads > 0:
             self.applied[worker_id] = self.fixed_threads
             if self.fixed_threads > 1:
-                self._pools.add(worker_id)
+                self._pools[worker_id] = self.fixed_threads
             return self.fixed_threads
         with self._lock:
             now = self._clock()
@@ -81,28 +81,37 @@ class ThreadGovernor:
             if share.fixed and self._board is not None:  # the plan is off: all cores each
                 self.applied[worker_id] = share.threads
                 if share.threads > 1:
-                    self._pools.add(worker_id)
+                    self._pools[worker_id] = share.threads
                 return share.threads
             if share.cpus != self._pinned and self._board is not None:
                 self._pinned = share.cpus
                 self._pin(share.cpus)
             active = sorted(w for w, t in self._active.items() if now - t < ACTIVE_WINDOW_S)
             n = split_threads(share.threads, len(active))[active.index(worker_id)]
+            # libgomp counts the threads of every worker's pool, idle ones too: past the
+            # cores, all its helpers sleep after each decode. Stay within them.
+            held = sum(p - 1 for w, p in self._pools.items() if w != worker_id)
+            n = max(1, min(n, share.threads - held))
             self.applied[worker_id] = n
             if n > 1:
-                self._pools.add(worker_id)
+                self._pools[worker_id] = n
             return n
 
     def idle(self, worker_id: int) -> None:
         """`worker_id` has nothing to decode (it is about to wait for a command): from
         their next decode on, the busy workers divide its threads (a lone stream on one
         of two workers decodes with every thread, not half of them). Called on the
-        worker's own thread: where other workers decode too, it gives back its OpenMP
-        pool, so that the busy worker's helper threads keep spinning (`engine.omp`)."""
+        worker's own thread, and again while it stays idle: once another worker decodes,
+        it gives back the OpenMP pool it may hold, so that the busy worker may use every
+        thread with its helpers spinning (`engine.omp`). Not before: giving a pool back
+        and starting it again costs milliseconds, and the next request may be its own."""
         with self._lock:
             self._active.pop(worker_id, None)
-            give_back = worker_id in self._pools and len(self.applied) > 1
-            self._pools.discard(worker_id)
+            now = self._clock()
+            others = any(now - t < ACTIVE_WINDOW_S for t in self._active.values())
+            give_back = worker_id in self._pools and others
+            if give_back:
+                del self._pools[worker_id]
         if give_back:
             self._release()
 

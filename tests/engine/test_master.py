@@ -41,11 +41,14 @@ def complete(rid: str, keys: tuple[int, ...]) -> Complete:
     return Complete(rid, future(), (1, 2), SamplingParams(), StreamSink(), 0.0, prefix_keys=keys)
 
 
-def test_least_loaded_with_round_robin_on_ties() -> None:
+def test_least_loaded_and_on_ties_the_worker_that_took_work_last() -> None:
+    """Issue 47: a lone client's requests stay on one worker (its OpenMP pool stays
+    warm and is the only one counted); equal loads otherwise go to the first."""
     assert choose_worker([1, 0, 0], 0) == 1
     assert choose_worker([0, 0, 0], 1) == 1
     assert choose_worker([0, 0, 0], 2) == 2
-    assert choose_worker([0, 1, 0], 1) == 2
+    assert choose_worker([0, 1, 0], 1) == 0
+    assert choose_worker([1, 1, 0], 0) == 2
 
 
 def test_preferred_worker_unless_full() -> None:

@@ -9,7 +9,8 @@ itself never waits on a worker, so one slow command cannot hold up the queue.
 Placement (`choose_worker`, pure): a stateless request goes to the worker that holds the
 longest run of its prompt's prefix blocks unless that worker is full; work with a LoRA
 adapter otherwise goes to the worker that last took that adapter (it has it loaded);
-everything else goes to the least-loaded worker, round-robin on ties.
+everything else goes to the least-loaded worker; on ties, the one that took work last
+(its OpenMP threads and caches are warm: a lone client's requests stay on one worker).
 
 A worker whose thread fails sends `WorkerDied`: from then on the engine is dead, every
 new request is refused with `EngineDead` (503) and /health says so, so that the router's
@@ -62,19 +63,16 @@ class WorkerLike(Protocol):
 
 
 def choose_worker(
-    loads: Sequence[int], cursor: int, *, preferred: int | None = None, capacity: int = 0
+    loads: Sequence[int], last: int, *, preferred: int | None = None, capacity: int = 0
 ) -> int:
-    """Pure placement: `preferred` if it has room, else least loaded (ties: the first at or
-    after `cursor`, so equal workers take turns)."""
+    """Pure placement: `preferred` if it has room, else least loaded (ties: `last`, the
+    worker that took work last, else the first)."""
     if preferred is not None and (capacity <= 0 or loads[preferred] < capacity):
         return preferred
     low = min(loads)
-    n = len(loads)
-    for step in range(n):
-        i = (cursor + step) % n
-        if loads[i] == low:
-            return i
-    return 0  # pragma: no cover - unreachable
+    if 0 <= last < len(loads) and loads[last] == low:
+        return last
+    return loads.index(low)
 
 
 @dataclass
@@ -106,7 +104,8 @@ class Master:
     last_stats: RequestStats | None = None
     #: Set once a worker died: the engine refuses new requests with it.
     dead: EngineDead | None = None
-    _cursor: int = 0
+    #: The worker that took work last (placement's tie-break).
+    _last: int = 0
     #: Stateless request id -> its worker, until the request is done.
     _stateless: dict[str, int] = field(default_factory=dict)
     #: LoRA adapter id -> the worker that last took work with it (it has it loaded).
@@ -133,7 +132,7 @@ class Master:
 
     def _place(self, worker: int) -> None:
         self.loads[worker] += 1
-        self._cursor = (worker + 1) % len(self.workers)
+        self._last = worker
 
     def dispatch(self, cmd: Command) -> None:
         """Handle one command: the one place the master dispatches on its kind."""
@@ -157,7 +156,7 @@ class Master:
             case CreateSession(session_id=sid):
                 w = choose_worker(
                     self.loads,
-                    self._cursor,
+                    self._last,
                     preferred=self._adapter_home(cmd.adapter),
                     capacity=self.capacity,
                 )
@@ -182,7 +181,7 @@ class Master:
                 if preferred is None:
                     preferred = self._adapter_home(adapter)
                 w = choose_worker(
-                    self.loads, self._cursor, preferred=preferred, capacity=self.capacity
+                    self.loads, self._last, preferred=preferred, capacity=self.capacity
                 )
                 self._place(w)
                 self._note_adapter(adapter, w)
