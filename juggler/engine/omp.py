@@ -10,42 +10,33 @@ hundred times and then sleeps, and each decode waits for the kernel to wake it a
 
 Measured on 2 cores (SmolLM2-135M, one stream, 128 tokens a request): one worker 103-121
 tok/s; two workers whose lone streams took turns on both workers' pools 72-86 tok/s;
-one worker with `OMP_WAIT_POLICY=PASSIVE` (helpers always sleep) 46-55. So a worker that
-runs out of work gives its pool back (`release_pool`, OpenMP 5.0's
-`omp_pause_resource_all`, on the worker's own thread): the busy worker's pool is then the
-only one counted, and its helpers spin again.
+one worker with `OMP_WAIT_POLICY=PASSIVE` (helpers always sleep) 46-55. So a worker can
+give its pool back (`release_pool`, OpenMP 5.0's `omp_pause_resource_all`, on the
+worker's own thread); when it does is `engine.threads`' call.
 """
 
 from __future__ import annotations
 
 import ctypes
-import logging
+import functools
 import os
-
-log = logging.getLogger(__name__)
 
 #: OpenMP's `omp_pause_soft`: the pool's threads end; the next region starts new ones.
 OMP_PAUSE_SOFT = 1
 
-_lib: ctypes.CDLL | None = None
-_looked = False
 
-
+@functools.cache
 def _libgomp() -> ctypes.CDLL | None:
     """libgomp if this process already loaded it (llama.cpp's CPU backend did), else
     None: a build without OpenMP has no pools to give back."""
-    global _lib, _looked
-    if not _looked:
-        _looked = True
-        try:
-            lib = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
-            fn = lib.omp_pause_resource_all
-        except (OSError, AttributeError):
-            return None
-        fn.argtypes = [ctypes.c_int]
-        fn.restype = ctypes.c_int
-        _lib = lib
-    return _lib
+    try:
+        lib = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+        fn = lib.omp_pause_resource_all
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return lib
 
 
 def release_pool() -> bool:

@@ -69,33 +69,30 @@ class ThreadGovernor:
 
     def threads_for(self, worker_id: int) -> int:
         """The threads `worker_id` decodes with now; marks it busy."""
-        if self.fixed_threads > 0:
-            self.applied[worker_id] = self.fixed_threads
-            if self.fixed_threads > 1:
-                self._pools[worker_id] = self.fixed_threads
-            return self.fixed_threads
         with self._lock:
             now = self._clock()
             self._active[worker_id] = now
-            share = self.share()
-            if share.fixed and self._board is not None:  # the plan is off: all cores each
-                self.applied[worker_id] = share.threads
-                if share.threads > 1:
-                    self._pools[worker_id] = share.threads
-                return share.threads
-            if share.cpus != self._pinned and self._board is not None:
-                self._pinned = share.cpus
-                self._pin(share.cpus)
-            active = sorted(w for w, t in self._active.items() if now - t < ACTIVE_WINDOW_S)
-            n = split_threads(share.threads, len(active))[active.index(worker_id)]
-            # libgomp counts the threads of every worker's pool, idle ones too: past the
-            # cores, all its helpers sleep after each decode. Stay within them.
-            held = sum(p - 1 for w, p in self._pools.items() if w != worker_id)
-            n = max(1, min(n, share.threads - held))
+            n = self._count(worker_id, now)
             self.applied[worker_id] = n
             if n > 1:
                 self._pools[worker_id] = n
             return n
+
+    def _count(self, worker_id: int, now: float) -> int:
+        if self.fixed_threads > 0:
+            return self.fixed_threads
+        share = self.share()
+        if share.fixed and self._board is not None:  # the plan is off: all cores each
+            return share.threads
+        if share.cpus != self._pinned and self._board is not None:
+            self._pinned = share.cpus
+            self._pin(share.cpus)
+        active = sorted(w for w, t in self._active.items() if now - t < ACTIVE_WINDOW_S)
+        n = split_threads(share.threads, len(active))[active.index(worker_id)]
+        # libgomp counts the threads of every worker's pool, idle ones too: past the
+        # cores, all its helpers sleep after each decode. Stay within them.
+        held = sum(p - 1 for w, p in self._pools.items() if w != worker_id)
+        return max(1, min(n, share.threads - held))
 
     def idle(self, worker_id: int) -> None:
         """`worker_id` has nothing to decode (it is about to wait for a command): from

@@ -110,8 +110,13 @@ def test_a_worker_going_idle_gives_back_its_openmp_pool_once_another_decodes(
 
 def test_explicit_threads_and_the_plan_off_keep_each_worker_at_its_count(tmp_path: Path) -> None:
     clock, pinned = FakeClock(), []
-    fixed = ThreadGovernor(fixed_threads=3, clock=clock, pin=pinned.append)
+    released: list[int] = []
+    fixed = ThreadGovernor(
+        fixed_threads=3, clock=clock, pin=pinned.append, release=lambda: released.append(1) or True
+    )
     assert [fixed.threads_for(w) for w in (0, 1, 2)] == [3, 3, 3]
+    fixed.idle(0)
+    assert released == [1]  # others decode: explicit threads give an idle pool back too
     writer, off = governor(tmp_path, Share(2, (0, 1), fixed=True), clock, pinned)
     assert [off.threads_for(w) for w in (0, 1)] == [2, 2]
     assert pinned == []  # never moved

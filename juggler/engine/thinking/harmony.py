@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from juggler.engine.thinking.split import Part, partial_tail
+from juggler.engine.thinking.split import Part, ThinkingText, partial_tail
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 END, RETURN, CALL, CONSTRAIN = "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"
@@ -58,10 +58,7 @@ class HarmonySplitter:
         self.held = ""
         self.header = ""
         self.kind: Any = "content"
-        #: Whitespace at the end of the thinking so far, sent only if more thinking follows.
-        self.spaces = ""
-        #: No thinking sent yet (its leading whitespace is dropped).
-        self.fresh = True
+        self.thinking = ThinkingText()
 
     def feed(self, text: str) -> list[Part]:
         out: list[Part] = []
@@ -110,19 +107,9 @@ class HarmonySplitter:
             if text:
                 out.append(("content", text))
             return
-        if self.fresh:
-            text = text.lstrip()
-            if not text:
-                return
-        body = text.rstrip()
-        if body:
-            out.append(("reasoning", self.spaces + body))
-            self.fresh = False
-            self.spaces = ""
-        if not final:
-            self.spaces += text[len(body) :]
-        else:
-            self.spaces = "\n" if not self.fresh else ""
+        self.thinking.add(text, out, final=final)
+        if final and not self.thinking.fresh:  # the next analysis message: a new line
+            self.thinking.spaces = "\n"
 
     def flush(self) -> list[Part]:
         """The end of the output: what was held back is told as it stands."""

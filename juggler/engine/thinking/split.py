@@ -44,6 +44,30 @@ def partial_tail(text: str, tag: str) -> int:
     return 0
 
 
+class ThinkingText:
+    """Thinking told as it arrives (both splitters): whitespace before the first of it is
+    dropped, and whitespace at its end is sent only if more thinking follows."""
+
+    def __init__(self) -> None:
+        #: Whitespace at the end of the thinking so far.
+        self.spaces = ""
+        #: No thinking sent yet.
+        self.fresh = True
+
+    def add(self, text: str, out: list[Part], *, final: bool) -> None:
+        if self.fresh:
+            text = text.lstrip()
+            if not text:
+                return
+        body = text.rstrip()
+        if body:
+            out.append(("reasoning", self.spaces + body))
+            self.fresh = False
+            self.spaces = ""
+        if not final:
+            self.spaces += text[len(body) :]
+
+
 class ThinkSplitter:
     """Feed it the output's text as it arrives; it returns the parts it can tell."""
 
@@ -51,10 +75,7 @@ class ThinkSplitter:
         self.state = _State.THINK if inside else _State.START
         #: Text not yet told: the start of the output, or a tag's first characters.
         self.held = ""
-        #: Whitespace at the end of the thinking so far, sent only if more thinking follows.
-        self.spaces = ""
-        #: No thinking sent yet (its leading whitespace is dropped).
-        self.fresh = True
+        self.thinking = ThinkingText()
 
     def feed(self, text: str) -> list[Part]:
         out: list[Part] = []
@@ -73,11 +94,11 @@ class ThinkSplitter:
             elif self.state is _State.THINK:
                 end = text.find(CLOSE)
                 if end >= 0:
-                    self._thinking(text[:end], out, final=True)
+                    self.thinking.add(text[:end], out, final=True)
                     self.state, text = _State.AFTER, text[end + len(CLOSE) :]
                     continue
                 cut = partial_tail(text, CLOSE)
-                self._thinking(text[: len(text) - cut], out, final=False)
+                self.thinking.add(text[: len(text) - cut], out, final=False)
                 self.held = text[len(text) - cut :]
                 return out
             elif self.state is _State.AFTER:
@@ -89,19 +110,6 @@ class ThinkSplitter:
                 return out
         return out
 
-    def _thinking(self, text: str, out: list[Part], *, final: bool) -> None:
-        if self.fresh:
-            text = text.lstrip()
-            if not text:
-                return
-        body = text.rstrip()
-        if body:
-            out.append(("reasoning", self.spaces + body))
-            self.fresh = False
-            self.spaces = ""
-        if not final:
-            self.spaces += text[len(body) :]
-
     def flush(self) -> list[Part]:
         """The end of the output: what was held back is told as it stands."""
         held, self.held = self.held, ""
@@ -109,7 +117,7 @@ class ThinkSplitter:
             return []
         if self.state is _State.THINK:
             out: list[Part] = []
-            self._thinking(held, out, final=True)
+            self.thinking.add(held, out, final=True)
             return out
         if self.state is _State.START and held.strip():
             return [("content", held)]
