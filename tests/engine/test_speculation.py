@@ -38,8 +38,10 @@ from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from juggler.engine.schedule.survival import PRIOR_HAZARD, REPEAT_CLASS, Survival, match_class
 from juggler.engine.schedule.ties import ANY, FEW_TIE, RISKY, TILE_ROWS
+from juggler.engine.threads import ThreadGovernor
 from juggler.engine.worker.drafting import MAX_RECALLS
 from juggler.engine.worker.speculation import Speculation
+from juggler.engine.worker.thread_tuner import ThreadTuner
 from tests.engine.fake_llama import BOS
 from tests.engine.rig import FixedCost, Rig, events
 
@@ -466,6 +468,52 @@ def test_drafts_are_priced_at_the_depth_their_rows_attend_to() -> None:
         assert all(rows >= 1 for rows, _ in cost.updates)
         assert cost.asked and min(cost.asked) >= len(PROMPT)
         assert max(cost.asked) <= len(PROMPT) + 40
+
+    run(go)
+
+
+def test_a_decode_run_with_a_thread_count_on_trial_does_not_price_drafts() -> None:
+    """Issue 47: the thread tuner tries other counts now and then, and each new decode
+    size first with one thread. Those decodes' times are not what that size costs: the
+    first two-row decode of SmolLM2 ran with one thread (20 ms, not 14), the draft was
+    priced too dear to pay, never tried again, and a lone stream lost its drafts. Only
+    decodes run with the count the tuner chose teach the cost model."""
+
+    class Recording(DecodeCost):
+        def __init__(self) -> None:
+            super().__init__()
+            self.updates = 0
+
+        def update(self, rows: int, seconds: float, depth: float = 0.0) -> None:
+            self.updates += 1
+            super().update(rows, 0.006 + 0.0055 * rows, depth)
+
+    class EveryOtherOnTrial(ThreadTuner):
+        """One thread always; every other decode counts as a trial."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.trials = 0
+            self.n = 0
+
+        def choose(self, n_max: int, rows: int) -> int:
+            self.n += 1
+            self.trial = self.n % 2 == 0
+            self.trials += self.trial
+            return 1
+
+    async def go() -> None:
+        governor = ThreadGovernor(pin=lambda cpus: None, release=lambda: True)
+        rig = Rig(copying=True, speculative=True, governor=governor)
+        slot = rig.worker.decoder.ctx
+        assert slot.tuner is not None  # no explicit --threads: the tuner decides
+        tuner = slot.tuner = EveryOtherOnTrial()
+        cost = rig.worker.gens.cost = Recording()
+        out, _ = await generate(rig, PROMPT, 40)
+        assert len(out) == 40
+        prefills = 1  # the prompt's decode is not a draft's cost either
+        assert tuner.trials > 2
+        assert cost.updates == tuner.n - tuner.trials - prefills
 
     run(go)
 

@@ -86,3 +86,22 @@ def test_a_try_that_wins_is_tried_again_at_once() -> None:
     assert tuner.choose(2, 1) == 1
     later = run(tuner, 2, 1, {1: 0.004, 2: 0.002}, EXPLORE_EVERY + 8)
     assert later[-4:] == [2, 2, 2, 2]
+
+
+def test_a_count_tried_is_marked_a_trial_and_the_chosen_one_is_not() -> None:
+    """The worker prices speculative drafts only from decodes run with the chosen count
+    (`ThreadTuner.trial`): the first decodes of a size, tries and retries are trials."""
+    tuner = ThreadTuner()
+    cost = {1: 0.004, 2: 0.002}
+    trials = []
+    for _ in range(4 * EXPLORE_EVERY):
+        t = tuner.choose(2, 1)
+        trials.append((t, tuner.trial))
+        tuner.observe(t, 1, cost[t])
+    assert all(trial for _, trial in trials[: 2 * MIN_SAMPLES])  # each count heard first
+    steady = trials[2 * MIN_SAMPLES :]
+    assert all(not trial for t, trial in steady if t == 2)
+    assert all(trial for t, trial in steady if t == 1)  # the tries of one thread
+    assert any(t == 1 for t, _ in steady)
+    one = ThreadTuner()
+    assert one.choose(1, 8) == 1 and not one.trial  # nothing to choose from

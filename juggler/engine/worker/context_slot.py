@@ -103,6 +103,12 @@ class ContextSlot:
         live = self._ctx.num_removals if self._ctx is not None else 0
         return self._removals_before + live
 
+    @property
+    def last_trial(self) -> bool:
+        """Whether the last decode ran with a thread count the tuner was trying, not the
+        one it chose (`ThreadTuner.trial`): its time is not what decodes cost."""
+        return self.tuner is not None and self.tuner.trial
+
     def decode(self, batch: TokenBatch) -> int:
         ctx = self.ensure()
         if self._threads is None:

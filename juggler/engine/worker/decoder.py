@@ -18,11 +18,12 @@ import enum
 import logging
 import time
 
-from juggler.engine.llama.ports import LlamaContext, TokenBatch
+from juggler.engine.llama.ports import TokenBatch
 from juggler.engine.schedule import batch as batching
 from juggler.engine.schedule.batch import Chunk
 from juggler.engine.schedule.outbox import Outbox
 from juggler.engine.worker.adapters import AdapterSet, busy_adapters
+from juggler.engine.worker.context_slot import ContextSlot
 from juggler.engine.worker.generation import Generations
 from juggler.engine.worker.kv import KvBook
 from juggler.engine.worker.media_feed import MediaFeed
@@ -49,7 +50,7 @@ class Outcome(enum.Enum):
 class Decoder:
     def __init__(
         self,
-        ctx: LlamaContext,
+        ctx: ContextSlot,
         batch: TokenBatch,
         table: SessionTable,
         kv: KvBook,
@@ -183,8 +184,9 @@ class Decoder:
         self.num_decodes += 1
         self.decode_s += took
         self.max_batch_seqs = max(self.max_batch_seqs, len(chunks))
-        if rc == 0:
-            # Only decoding rows (no prompt prefill): what sizes the next drafts, by the
+        if rc == 0 and not self.ctx.last_trial:
+            # Only decoding rows (no prompt prefill), run with the thread count chosen
+            # (not one tried, `ThreadTuner.trial`): what sizes the next drafts, by the
             # cells its rows attend to (`n_past` is still what it was before the decode).
             n_rows, cells = 0, 0
             for c in chunks:

@@ -19,6 +19,13 @@ outlier must not keep a faster count away for hundreds of decodes. Every
 `EXPLORE_EVERY`-th decode of a size tries another count, and a try that beats the chosen
 count is tried again at once until its median decides, so the choice follows the machine
 as its load changes: at most one decode in `EXPLORE_EVERY` runs with a slower count.
+A decode run with another count than the chosen one (the first decodes of a size, a
+try, a retry) is a *trial* (`trial` says whether the last `choose` was one): its time
+says nothing of what a decode of that size costs from now on, and the worker's cost
+model, which sizes speculative drafts (`schedule.decode_cost`), must not learn from it.
+It did: the first decodes of each new size ran with one thread, so a two-row draft of
+SmolLM2 was priced at 20 ms instead of 14, never paid, and was never tried again (a
+lone stream lost its drafts: 98-105 tokens a second against 117-119 without the tuner).
 Pure: the worker feeds it each decode's time (`observe`); owned by the worker thread.
 """
 
@@ -72,11 +79,15 @@ class ThreadTuner:
     #: tried again until its median decides.
     chosen: dict[int, int] = field(default_factory=dict)
     retry: dict[int, int] = field(default_factory=dict)
+    #: Whether the count the last `choose` gave is a trial, not the chosen one.
+    trial: bool = False
 
     def choose(self, n_max: int, rows: int) -> int:
         """The thread count for a decode of `rows` rows with at most `n_max` threads."""
+        self.trial = True
         options = candidates(n_max)
         if len(options) == 1:
+            self.trial = False
             return options[0]
         size = size_of(rows)
         seen = [self.stats.get((size, n), _Stat()) for n in options]
@@ -93,6 +104,7 @@ class ThreadTuner:
             others = [n for n in options if n != best]
             # The count tried least of late, so that each is heard from in turn.
             return min(others, key=lambda n: self.stats[(size, n)].samples)
+        self.trial = False
         return best
 
     @staticmethod
