@@ -39,7 +39,7 @@ from juggler.engine.schedule.stream import EventKind, StreamEvent, StreamSink
 from juggler.engine.schedule.survival import PRIOR_HAZARD, REPEAT_CLASS, Survival, match_class
 from juggler.engine.schedule.ties import ANY, FEW_TIE, RISKY, TILE_ROWS
 from juggler.engine.threads import ThreadGovernor
-from juggler.engine.worker.drafting import MAX_RECALLS
+from juggler.engine.worker.drafting import MAX_RECALLS, Drafting
 from juggler.engine.worker.speculation import Speculation
 from juggler.engine.worker.thread_tuner import ThreadTuner
 from tests.engine.fake_llama import BOS
@@ -514,6 +514,55 @@ def test_a_decode_run_with_a_thread_count_on_trial_does_not_price_drafts() -> No
         prefills = 1  # the prompt's decode is not a draft's cost either
         assert tuner.trials > 2
         assert cost.updates == tuner.n - tuner.trials - prefills
+
+    run(go)
+
+
+def test_decodes_are_priced_per_thread_count() -> None:
+    """Issue 47: with two workers busy each decodes with one thread, alone with both. A
+    burst's one-thread decodes (SmolLM2, two rows: 24 ms) priced a lone stream's drafts,
+    whose two-thread decodes take 14 ms; the drafts never paid, so were never tried
+    again. Each count has its own table, kept while another is in use."""
+    d = Drafting(speculative=True, spec_draft_max=8)
+    d.use_threads(1)
+    for _ in range(20):
+        d.cost.update(1, 0.012)
+        d.cost.update(2, 0.024)
+    one = d.cost
+    d.use_threads(2)
+    assert d.cost is not one
+    for _ in range(20):
+        d.cost.update(1, 0.007)
+        d.cost.update(2, 0.014)
+    assert abs(d.cost.seconds(2) - 0.014) < 0.001
+    d.use_threads(1)
+    assert d.cost is one and abs(d.cost.seconds(2) - 0.024) < 0.001
+
+
+def test_the_worker_times_each_decode_in_its_thread_counts_table() -> None:
+    class Switching(ThreadTuner):
+        """One thread for the first decodes, then two (as when a second worker idles)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def choose(self, n_max: int, rows: int) -> int:
+            self.n += 1
+            self.trial = False
+            return 1 if self.n <= 6 else 2
+
+    async def go() -> None:
+        governor = ThreadGovernor(pin=lambda cpus: None, release=lambda: True)
+        rig = Rig(copying=True, speculative=True, governor=governor)
+        slot = rig.worker.decoder.ctx
+        slot.tuner = Switching()
+        gens = rig.worker.gens
+        out, _ = await generate(rig, PROMPT, 40)
+        assert len(out) == 40
+        assert gens.cost_threads == 2 and slot.last_threads == 2
+        # The one-thread decodes' table is kept apart, for when one thread is used again.
+        assert gens._costs[1] is not gens.cost
 
     run(go)
 

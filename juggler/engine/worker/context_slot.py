@@ -68,6 +68,8 @@ class ContextSlot:
         self.num_releases = 0
         self.last_make_s = 0.0
         self._n_ctx: int = self.ensure().n_ctx
+        #: The thread count of the last decode.
+        self.last_threads = 0
 
     # -- the slot's own --------------------------------------------------------------
     @property
@@ -112,12 +114,14 @@ class ContextSlot:
     def decode(self, batch: TokenBatch) -> int:
         ctx = self.ensure()
         if self._threads is None:
+            self.last_threads = 0  # as the context was made: one table
             return ctx.decode(batch)
         if self.tuner is None:
-            ctx.set_threads(self._threads())
+            self.last_threads = self._threads()
+            ctx.set_threads(self.last_threads)
             return ctx.decode(batch)
         rows = batch.n_tokens
-        n = self.tuner.choose(self._threads(), rows)
+        n = self.last_threads = self.tuner.choose(self._threads(), rows)
         ctx.set_threads(n)
         t0 = time.perf_counter()
         rc = ctx.decode(batch)

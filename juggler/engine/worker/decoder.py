@@ -186,8 +186,10 @@ class Decoder:
         self.max_batch_seqs = max(self.max_batch_seqs, len(chunks))
         if rc == 0 and not self.ctx.last_trial:
             # Only decoding rows (no prompt prefill), run with the thread count chosen
-            # (not one tried, `ThreadTuner.trial`): what sizes the next drafts, by the
-            # cells its rows attend to (`n_past` is still what it was before the decode).
+            # (not one tried, `ThreadTuner.trial`): what sizes the next drafts, in that
+            # count's table (`Drafting.use_threads`), by the cells its rows attend to
+            # (`n_past` is still what it was before the decode).
+            self.gens.use_threads(self.ctx.last_threads)
             n_rows, cells = 0, 0
             for c in chunks:
                 if not c.wants_logits or c.num_logits != c.num_tokens:

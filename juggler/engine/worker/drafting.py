@@ -37,15 +37,34 @@ class Drafting:
         #: Draft tokens decoded, and how many of them the samples kept (all generations).
         self.num_drafted = 0
         self.num_accepted = 0
-        #: What a decode costs on this worker (the decoder measures, drafts are sized by it),
-        #: and how far drafts are kept here (each generation's estimate starts from it).
+        #: What a decode costs on this worker with the thread count of its last decode (the
+        #: decoder measures, drafts are sized by it), and how far drafts are kept here
+        #: (each generation's estimate starts from it).
         self.cost, self.survival = DecodeCost(), Survival()
+        #: The thread count `cost` was measured with (0: none yet), and the tables of the
+        #: other counts this worker decoded with (see `use_threads`).
+        self.cost_threads = 0
+        self._costs: dict[int, DecodeCost] = {}
         #: What this worker's recent generations said (drafts for repeated answers), by
         #: LoRA adapter: an adapter's answers say little of the base model's.
         self.recalls: dict[str | None, Recall] = {}
         #: Whether requests wait to start on this worker (its inbox, admission): then no
         #: stream decodes alone for long (the worker sets it).
         self.crowded: Callable[[], bool] = lambda: False
+
+    def use_threads(self, n: int) -> None:
+        """The decode just run used `n` threads: from now on decodes are timed, and drafts
+        priced, in that count's table. A decode of several rows takes nearly twice as long
+        with one thread as with two on 2 cores, and the count changes with the load (two
+        workers busy: one thread each; one busy: both). Priced from a burst's one-thread
+        decodes, a lone stream's two-thread drafts looked too dear to pay, were never
+        tried, so never measured again: a lone SmolLM2 stream lost its drafts (issue 47)."""
+        if n == self.cost_threads:
+            return
+        if self.cost_threads:
+            self._costs[self.cost_threads] = self.cost
+            self.cost = self._costs.pop(n) if n in self._costs else DecodeCost()
+        self.cost_threads = n
 
     def recall(self, adapter_id: str | None) -> Recall:
         """The memory of recent generations run with `adapter_id` (the base: None); the

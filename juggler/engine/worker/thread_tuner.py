@@ -91,7 +91,9 @@ class ThreadTuner:
             return options[0]
         size = size_of(rows)
         seen = [self.stats.get((size, n), _Stat()) for n in options]
-        for n, stat in zip(options, seen, strict=True):
+        # Each count is heard first, the most threads first: where a decode is big they
+        # win, and a new size's first decodes (a longer prompt's) are not run slowly.
+        for n, stat in zip(reversed(options), reversed(seen), strict=True):
             if stat.samples < MIN_SAMPLES:
                 return n
         best = self._best(options, seen)
