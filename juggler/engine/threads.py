@@ -59,6 +59,17 @@ class ThreadGovernor:
         #: pool (`engine.omp`), and the most they were given: what that pool may hold.
         self._pools: dict[int, int] = {}
         self._release = release
+        #: How to wake each worker while it waits idle, and the idle workers woken since
+        #: they last decoded or gave their pool back (see `on_wake`).
+        self._wakers: dict[int, Callable[[], None]] = {}
+        self._woken: set[int] = set()
+
+    def on_wake(self, worker_id: int, wake: Callable[[], None]) -> None:
+        """`wake()` makes idle `worker_id` call `idle` again at once (a `Recheck` in its
+        inbox). A worker whose decodes an idle worker's pool holds back wakes it, so the
+        pool is given back now, not at that worker's next idle tick (up to `idle_wait_s`:
+        a lone stream after a burst decoded with one of two threads for half a second)."""
+        self._wakers[worker_id] = wake
 
     def share(self) -> Share:
         """The share in force: the board's, else the process's own cores."""
@@ -72,6 +83,7 @@ class ThreadGovernor:
         with self._lock:
             now = self._clock()
             self._active[worker_id] = now
+            self._woken.discard(worker_id)
             n = self._count(worker_id, now)
             self.applied[worker_id] = n
             if n > 1:
@@ -91,7 +103,14 @@ class ThreadGovernor:
         n = split_threads(share.threads, len(active))[active.index(worker_id)]
         # libgomp counts the threads of every worker's pool, idle ones too: past the
         # cores, all its helpers sleep after each decode. Stay within them.
-        held = sum(p - 1 for w, p in self._pools.items() if w != worker_id)
+        held = 0
+        for w, pool in self._pools.items():
+            if w == worker_id:
+                continue
+            held += pool - 1
+            if w not in self._active and w not in self._woken and w in self._wakers:
+                self._woken.add(w)  # idle, holding a pool: ask it to give it back
+                self._wakers[w]()
         return max(1, min(n, share.threads - held))
 
     def idle(self, worker_id: int) -> None:
@@ -109,6 +128,7 @@ class ThreadGovernor:
             give_back = worker_id in self._pools and others
             if give_back:
                 del self._pools[worker_id]
+                self._woken.discard(worker_id)
         if give_back:
             self._release()
 

@@ -149,3 +149,56 @@ def test_a_plan_change_reaches_a_generating_worker_at_its_next_decode(tmp_path: 
 
     asyncio.run(go())
     writer.close_all()
+
+
+def test_an_idle_worker_holding_a_pool_is_woken_to_give_it_back(tmp_path: Path) -> None:
+    """Issue 47: after a burst on both workers, a lone stream decoded with one of two
+    threads until the other worker's idle loop looked again (up to half a second a
+    burst: a lone SmolLM2 stream measured 0.95x of one worker there). The busy worker
+    wakes the idle one (once), which gives its pool back at once."""
+    clock, released, woken = FakeClock(), [], []
+    writer = BoardWriter(tmp_path)
+    gov = ThreadGovernor(
+        board=BoardReader(writer.open(1, Share(2, (0, 1), busy=True))),
+        clock=clock,
+        pin=lambda cpus: None,
+        release=lambda: released.append(1) or True,
+    )
+    gov.on_wake(0, lambda: woken.append(0))
+    gov.on_wake(1, lambda: woken.append(1))
+    assert gov.threads_for(0) == 2
+    assert gov.threads_for(1) == 1
+    assert woken == []  # worker 0 is busy (it never said it was idle): not woken
+    gov.idle(1)
+    gov.idle(0)  # the burst ends: nobody decodes, each keeps what it holds
+    assert released == [] and woken == []
+    assert gov.threads_for(1) == 1  # worker 0's idle pool holds a core ...
+    assert woken == [0]  # ... so worker 0 is woken
+    assert gov.threads_for(1) == 1
+    assert woken == [0]  # once, not at every decode
+    gov.idle(0)  # woken, it looks again: worker 1 decodes, the pool goes back
+    assert released == [1]
+    assert gov.threads_for(1) == 2
+    writer.close_all()
+
+
+def test_a_woken_worker_gives_its_pool_back_on_its_own_thread() -> None:
+    """The wake-up travels through the worker's inbox: the worker, idle, calls `idle`
+    on its own thread (libgomp's pool is that thread's), then waits on."""
+    calls: list[int] = []
+
+    class Recording(ThreadGovernor):
+        def idle(self, worker_id: int) -> None:
+            calls.append(worker_id)
+
+    async def go() -> None:
+        gov = Recording(pin=lambda cpus: None, release=lambda: True)
+        rig = Rig(governor=gov)
+        await rig.tick()  # idle: says so once
+        assert calls == [0]
+        gov._wakers[0]()
+        await rig.tick()
+        assert calls == [0, 0, 0]  # the tick's own, and the woken one's
+        assert rig.worker.num_dispatched == 0  # nothing was dispatched
+
+    asyncio.run(go())

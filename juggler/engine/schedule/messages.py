@@ -189,15 +189,21 @@ class Shutdown:
     """Stop the receiver (the master task or a worker thread)."""
 
 
+@dataclass(frozen=True, eq=False)
+class Recheck:
+    """Wakes an idle worker to look again at what it holds: another worker decodes and
+    this one's idle OpenMP pool holds it back (`ThreadGovernor`)."""
+
+
 SessionCommand = AppendInput | Generate | Cancel | EndSession
 StatelessCommand = Complete | Embed | Rerank
 RouteCommand = (
     CreateSession | SessionCommand | StatelessCommand | Downsize | DropAdapter | EraseSlot
 )
 #: What a worker's inbox receives.
-WorkerCommand = RouteCommand | Shutdown
+WorkerCommand = RouteCommand | Shutdown | Recheck
 Notice = SessionGone | RequestDone | WorkerDied
-Command = RouteCommand | Notice | Shutdown
+Command = RouteCommand | Notice | Shutdown | Recheck
 
 
 def reply_of(cmd: Command) -> asyncio.Future[Any] | None:

@@ -52,6 +52,7 @@ from juggler.engine.schedule.messages import (
     EraseSlot,
     Generate,
     Notice,
+    Recheck,
     Shutdown,
     WorkerCommand,
     reply_of,
@@ -104,6 +105,8 @@ class Worker(OwnerThread):
         super().__init__("worker", worker_id, loop, deliver, kv_total=config.n_ctx)
         #: The compute plan's thread count for this worker (None: the config's, fixed).
         self.governor = governor
+        if governor is not None:
+            governor.on_wake(worker_id, lambda: self._inbox.put(Recheck()))
         self.model = model
         self.config = config
         self.template = template
@@ -268,6 +271,10 @@ class Worker(OwnerThread):
             if timeout:  # about to block: never sleep on undelivered replies
                 self.outbox.flush()
             cmd = self._next_command(timeout)
+            if isinstance(cmd, Recheck):  # another worker decodes: look again now
+                if waiting_idle and self.governor is not None:
+                    self.governor.idle(self.worker_id)
+                continue
             if cmd is None:
                 if busy is None:
                     busy = self.has_work()
