@@ -32,6 +32,7 @@ def every_kind(reply: asyncio.Future[typing.Any]) -> list[m.Command]:
         m.RequestDone("r", 0),
         m.WorkerDied(0, EngineDead("gone")),
         m.Shutdown(),
+        m.Recheck(),
     ]
 
 
