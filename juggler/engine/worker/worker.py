@@ -27,8 +27,7 @@ The loop, once per tick (`step`):
 A stream decoding alone, with no command in the inbox, skips steps 1 to 5: its next tick
 is the same one chunk (its token and drafts), so `Decoder.run_lone` decodes it at once
 (any command, and anything that changes the chunk, brings the full tick back).
-An idle worker (nothing to do for `idle_wait_s`) parks its cached prefixes and compacts
-its KV cells; see `kv`.
+An idle worker parks its cached prefixes and compacts its KV cells (`kv`).
 """
 
 from __future__ import annotations
@@ -231,13 +230,9 @@ class Worker(OwnerThread):
         self.kv.park_cached()
         t0 = time.perf_counter()
         moved = self.kv.compact()
+        ms = (time.perf_counter() - t0) * 1000
         if moved:
-            log.debug(
-                "worker %d: compacted %d sequences in %.1f ms",
-                self.worker_id,
-                moved,
-                (time.perf_counter() - t0) * 1000,
-            )
+            log.debug("worker %d: compacted %d sequences in %.1f ms", self.worker_id, moved, ms)
         self.publish()
 
     def publish(self) -> None:
