@@ -113,8 +113,7 @@ class ContextSlot:
 
     def decode(self, batch: TokenBatch) -> int:
         ctx = self.ensure()
-        if self._threads is None:
-            self.last_threads = 0  # as the context was made: one table
+        if self._threads is None:  # as the context was made: `last_threads` stays 0
             return ctx.decode(batch)
         if self.tuner is None:
             self.last_threads = self._threads()
