@@ -28,7 +28,15 @@ $(STAMP): pyproject.toml constraints.txt scripts/build_llama_wheel.sh
 	touch $(STAMP)
 	@echo "llama.cpp backend: $(LLAMA_BACKEND)"
 
-install: $(STAMP)
+# The engine's top-k kernel (juggler/engine/llama/top_k.c), compiled with the machine's C
+# compiler; without one the engine finds the k best tokens in numpy (same answer).
+TOP_K_LIB := $(VENV)/lib/juggler/libjuggler_top_k.so
+$(TOP_K_LIB): juggler/engine/llama/top_k.c $(STAMP)
+	mkdir -p $(dir $@)
+	$(CC) -O3 -fPIC -shared -o $@ $< -lm \
+		|| echo "no C compiler ($(CC)): the engine's top-k runs in numpy"
+
+install: $(STAMP) $(TOP_K_LIB)
 
 # The dashboard's browser tests drive Debian's chromium through Playwright (Playwright's
 # own browser download cannot work offline). Installed with apt-get when we are root;

@@ -1,23 +1,88 @@
-"""Sampling over the k best tokens (issue 47): `top_k.top_candidates` finds exactly the
-k best, and the sampler chain run over them draws what llama.cpp's chain draws over the
-whole vocabulary, seed for seed."""
+"""Sampling over the k best tokens (issue 47): `top_k.top_candidates` (numpy) and the
+compiled kernel (`top_k.c`, built by `make install`) find exactly the k best, best
+first, equal logits by lower id, and the sampler chain run over them draws what
+llama.cpp's chain draws over the whole vocabulary, seed for seed."""
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from juggler.engine.llama.best_k import TOKEN_DATA, BestK
 from juggler.engine.llama.native import Model
 from juggler.engine.llama.ports import ContextParams
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.llama.top_k import STRIDE, top_candidates
+from juggler.engine.llama.top_k import GUESS, STRIDE, WIDER, top_candidates
+from juggler.engine.llama.top_k_native import library_path, native_top_k
 
 
 def best_by_sorting(row: np.ndarray, k: int, banned: np.ndarray | None = None) -> list[int]:
     ids = [i for i in np.argsort(-row, kind="stable") if banned is None or not banned[i]]
     return [int(i) for i in ids[:k] if np.isfinite(row[i])]
+
+
+def kernel_best(row: np.ndarray, k: int, banned: np.ndarray | None = None) -> list[int]:
+    fn = native_top_k()
+    if fn is None:
+        pytest.skip(f"{library_path()} is not built (no C compiler)")
+    out = np.zeros(k, dtype=TOKEN_DATA)
+    row = np.ascontiguousarray(row, dtype=np.float32)
+    guess = GUESS if k * 2 <= GUESS * STRIDE else WIDER
+    mask = None if banned is None else np.ascontiguousarray(banned, dtype=bool)
+    addr = None if mask is None else mask.ctypes.data
+    found = fn(row.ctypes.data, row.shape[0], k, addr, STRIDE, guess, out.ctypes.data)
+    assert np.array_equal(out["logit"][:found], row[out["id"][:found]])
+    return [int(i) for i in out["id"][:found]]
+
+
+def test_make_install_built_the_kernel() -> None:
+    """Where the machine has a C compiler, `make install` compiled top_k.c into the
+    environment and the engine loads it (else it would quietly run numpy's)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc): the engine uses numpy's top-k")
+    assert library_path().is_relative_to(sys.prefix)
+    assert native_top_k() is not None, f"{library_path()} missing: run make install"
+
+
+@pytest.mark.parametrize("k", [1, 5, 40, 100, 128])
+def test_the_kernel_finds_the_k_best_best_first(k: int) -> None:
+    rng = np.random.default_rng(k)
+    for trial in range(40):
+        row = (rng.standard_normal(49152) * [0.05, 1.0, 8.0][trial % 3]).astype(np.float32)
+        banned = None
+        if trial % 2:
+            banned = np.zeros(49152, dtype=bool)
+            banned[np.argsort(-row)[: trial % 7]] = True  # some of the best are banned
+        if trial % 5 == 0:
+            row[rng.integers(0, 49152, 20000)] = -np.inf
+        expected = best_by_sorting(row, k, banned)
+        assert kernel_best(row, k, banned) == expected
+        assert top_candidates(row, k, banned)[0].tolist() == expected
+
+
+def test_the_kernel_orders_equal_logits_by_id_and_skips_what_is_not_allowed() -> None:
+    row = np.zeros(1000, dtype=np.float32)  # every logit equal: the first k ids
+    assert kernel_best(row, 40) == list(range(40))
+    row[[900, 7, 500]] = 2.0
+    row[[3, 600]] = np.nan
+    row[[1, 2]] = np.inf
+    assert kernel_best(row, 5) == [7, 500, 900, 0, 4]
+    assert kernel_best(np.full(100, -np.inf, dtype=np.float32), 40) == []
+    banned = np.ones(100, dtype=bool)
+    assert kernel_best(np.ones(100, dtype=np.float32), 40, banned) == []
+    short = np.arange(10, dtype=np.float32)  # fewer tokens than k, fewer than STRIDE
+    assert kernel_best(short, 40) == list(range(9, -1, -1))
+
+
+def test_the_kernel_finds_best_tokens_hidden_between_the_sampled_ones() -> None:
+    row = np.zeros(49152, dtype=np.float32)
+    hidden = [i * STRIDE + 5 for i in range(100)]
+    row[hidden] = np.arange(100, dtype=np.float32) + 1
+    assert kernel_best(row, 40) == hidden[::-1][:40]
 
 
 @pytest.mark.parametrize("scale", [0.05, 1.0, 8.0])
@@ -52,6 +117,7 @@ def test_banned_and_infinite_logits_are_never_candidates() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("native", [True, False], ids=["kernel", "numpy"])
 @pytest.mark.parametrize(
     "params",
     [
@@ -61,7 +127,7 @@ def test_banned_and_infinite_logits_are_never_candidates() -> None:
     ],
 )
 def test_the_draw_over_the_k_best_is_the_chains_draw_over_the_vocabulary(
-    smol_path: Path, params: SamplingParams
+    smol_path: Path, params: SamplingParams, native: bool
 ) -> None:
     model = Model(str(smol_path))
     ctx = model.new_context(
@@ -70,8 +136,12 @@ def test_the_draw_over_the_k_best_is_the_chains_draw_over_the_vocabulary(
     batch = model.new_batch(512)
     fast = model.new_sampler(ctx, params, banned=model.eog_tokens())
     whole = model.new_sampler(ctx, params, banned=model.eog_tokens())
-    assert fast.top_k == params.top_k
-    whole.top_k = 0  # llama_sampler_sample over the whole vocabulary
+    assert fast.top_k == params.top_k and fast._best is not None
+    if native and fast._best.kernel is None:
+        pytest.skip(f"{library_path()} is not built (no C compiler)")
+    if not native:
+        fast._best = BestK(ctx, fast.n_vocab, fast.top_k, fast.banned, native=False)
+    whole._best = None  # llama_sampler_sample over the whole vocabulary
     try:
         prompts = [model.tokenize(f"Story {i}: once upon a", add_special=True) for i in range(16)]
         drawn = 0

@@ -147,13 +147,19 @@ class Context:
         """A copy of the logits of batch row `row` of the last decode (numpy float32)."""
         return self.logits_view(row).copy()
 
+    def logits_addr(self, row: int) -> int:
+        """The address of batch row `row`'s logits (n_vocab floats) in llama.cpp's
+        buffer, valid until the next decode."""
+        addr = _logits_at(self.ptr, row)
+        if not addr:
+            raise EngineError(f"llama.cpp returned no logits for batch row {row}")
+        return int(addr)
+
     def logits_view(self, row: int) -> Any:
         """The logits of batch row `row` of the last decode, in place (numpy float32):
         valid until the next decode. A view is kept per address llama.cpp returns; it is
         only read again when llama.cpp returns that address again, so it is valid then."""
-        addr = _logits_at(self.ptr, row)
-        if not addr:
-            raise EngineError(f"llama.cpp returned no logits for batch row {row}")
+        addr = self.logits_addr(row)
         view = self._views.get(addr)
         if view is None:
             if len(self._views) >= _MAX_VIEWS:

@@ -30,14 +30,12 @@ from typing import Any, cast
 import llama_cpp.llama_cpp as C
 import numpy as np
 
+from juggler.engine.llama.best_k import TOKEN_DATA, BestK
 from juggler.engine.llama.native_context import Context
 from juggler.engine.llama.ports import LlamaContext, Logits
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.engine.llama.top_k import top_candidates
 from juggler.errors import BadRequest, EngineError
 
-#: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
-_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 #: When a drawn token breaks the grammar, the redraw first looks among the tokens whose
 #: logit is within this much of the best (e^-8: a 3000 times less likely token), then
 #: twice as far, before the whole vocabulary (see the module doc).
@@ -77,7 +75,7 @@ class _Candidates:
     def __init__(self, ids: Any, logits: Any) -> None:
         n = int(ids.shape[0])
         self.data = (C.llama_token_data * n)()
-        self.view = np.frombuffer(memoryview(self.data).cast("B"), dtype=_TOKEN_DATA)
+        self.view = np.frombuffer(memoryview(self.data).cast("B"), dtype=TOKEN_DATA)
         self.arr = C.llama_token_data_array(data=self.data, size=n, selected=-1, sorted=False)
         self.refill(ids, logits)
 
@@ -101,7 +99,7 @@ class _Candidates:
 
 
 #: Largest top_k sampled over the k best tokens (llama.cpp sorts up to 128 with a plain
-#: partial sort, in the order `top_k.top_candidates` reproduces).
+#: partial sort, in the order `best_k.BestK` reproduces).
 MAX_FAST_TOP_K = 128
 
 
@@ -162,7 +160,7 @@ class Sampler:
             else 0
         )
         self.banned = _mask(n_vocab, tuple(banned)) if self.top_k and banned else None
-        self._few: _Candidates | None = None
+        self._best = BestK(self.ctx, n_vocab, self.top_k, self.banned) if self.top_k else None
         #: How many best candidates a redraw needs to be exact (None: all of them).
         self.need: int | None = 1 if params.temperature <= 0.0 else (params.top_k or None)
         #: min_p drops every token this far (in logits) below the best one left.
@@ -222,26 +220,11 @@ class Sampler:
         """Sample (and accept) a token from the logits of batch row `row`."""
         if self.argmax:
             return int(self.ctx.logits_view(row).argmax())
-        if self.top_k:
-            return self._among_best(self.ctx.logits_view(row))
+        if self._best is not None:
+            return self._best.draw(self.ptr, row)
         if self.grammar is None:
             return int(C.llama_sampler_sample(self.ptr, self.ctx.ptr, row))
         return self._constrained(self.ctx.logits_view(row))
-
-    def _among_best(self, row: Any) -> int:
-        """The chain's draw over the `top_k` best tokens, in the order its own top_k
-        leaves them (best first), as it draws over the whole vocabulary (`top_k`)."""
-        ids, logits = top_candidates(row, self.top_k, self.banned)
-        if self._few is None:
-            self._few = _Candidates(ids, logits)
-        else:
-            self._few.refill(ids, logits)
-        few = self._few
-        few.arr.sorted = True
-        few.apply(self.ptr)
-        token = few.selected()
-        C.llama_sampler_accept(self.ptr, token)
-        return token
 
     def lead(self, row: int, token: int) -> float:
         """How far `token`'s logit in row `row` is above the best other one (read in

@@ -1,0 +1,86 @@
+"""A draw over the k best tokens of a logits row (issue 47), for a sampler chain whose
+top_k decides and nothing before it changes the logits but banned tokens (see
+`native_sampler.Sampler.top_k`).
+
+llama.cpp's `llama_sampler_sample` copies the whole vocabulary into a candidate array
+and partially sorts it for top_k; every later step of the chain (top_p, min_p,
+temperature, the seeded draw) sees only those k tokens, sorted by logit. So the chain
+applied to exactly the k best, best first, draws what it draws over the vocabulary.
+They are found by the compiled kernel (`top_k.c`, straight from llama.cpp's logits
+buffer into the candidate array, about 10 microseconds for a 49,152-token row) or, where
+it was not built, by numpy (`top_k.top_candidates`, the same tokens in the same order).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import llama_cpp.llama_cpp as C
+import numpy as np
+
+from juggler.engine.llama.native_context import Context
+from juggler.engine.llama.top_k import GUESS, STRIDE, WIDER, top_candidates
+from juggler.engine.llama.top_k_native import native_top_k
+from juggler.errors import EngineError
+
+#: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
+TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+
+class BestK:
+    """The k-entry candidate array of one sampler, refilled each draw."""
+
+    def __init__(
+        self, ctx: Context, n_vocab: int, k: int, banned: Any | None, *, native: bool = True
+    ) -> None:
+        self.ctx = ctx
+        self.n_vocab = n_vocab
+        self.k = k
+        self.banned = banned  # a read-only boolean mask over the vocabulary, or None
+        self.kernel = native_top_k() if native else None
+        self.data = (C.llama_token_data * k)()
+        self.addr = ctypes.addressof(self.data)
+        self.view = np.frombuffer(memoryview(self.data).cast("B"), dtype=TOKEN_DATA)
+        self.arr = C.llama_token_data_array(data=self.data, size=k, selected=-1, sorted=True)
+        self.arr_ref = ctypes.byref(self.arr)
+        self.banned_addr = banned.ctypes.data if banned is not None else None
+        # The threshold guess (see top_k.py): the GUESS-th best of every STRIDE-th logit
+        # holds about GUESS * STRIDE tokens; twice k at least.
+        self.guess = GUESS if k * 2 <= GUESS * STRIDE else WIDER
+
+    def fill(self, row: int) -> int:
+        """The k best allowed tokens of batch row `row` into the array, best first;
+        returns how many (fewer where fewer are allowed)."""
+        if self.kernel is not None:
+            found = int(
+                self.kernel(
+                    self.ctx.logits_addr(row),
+                    self.n_vocab,
+                    self.k,
+                    self.banned_addr,
+                    STRIDE,
+                    self.guess,
+                    self.addr,
+                )
+            )
+        else:
+            ids, logits = top_candidates(self.ctx.logits_view(row), self.k, self.banned)
+            found = int(ids.shape[0])
+            self.view["id"][:found] = ids
+            self.view["logit"][:found] = logits
+            self.view["p"][:found] = 0.0
+        arr = self.arr
+        arr.size, arr.selected, arr.sorted = found, -1, True
+        return found
+
+    def draw(self, chain: Any, row: int) -> int:
+        """Apply `chain` to the k best of row `row` and accept its draw."""
+        self.fill(row)
+        C.llama_sampler_apply(chain, self.arr_ref)
+        arr = self.arr
+        if not 0 <= arr.selected < arr.size:
+            raise EngineError("the sampler chain selected no token")
+        token = int(self.data[arr.selected].id)
+        C.llama_sampler_accept(chain, token)
+        return token

@@ -1,0 +1,116 @@
+/* The k best tokens of a logits row, written into a llama_token_data array (issue 47).
+ *
+ * Built by `make install` into the virtual environment (see top_k_native.py); the engine
+ * falls back to top_k.py's numpy version, which returns the same tokens in the same
+ * order, where no C compiler is found.
+ *
+ * Order: best logit first; equal logits by lower token id (the order of a stable sort of
+ * the row by descending logit). Tokens whose logit is not finite (-inf: masked) and
+ * tokens `banned` marks (nonzero) are never candidates.
+ *
+ * One pass: a threshold is guessed from every `stride`-th logit (the `guess`-th best of
+ * those), and only the logits at or above it are looked at (the row is compared with it
+ * a chunk at a time into a byte mask, a loop the compiler vectorises; eight bytes of mask
+ * are skipped at once where none is set). Each is inserted into a sorted array of at
+ * most k. When fewer than k allowed tokens lie at or above the guess, the whole row is
+ * scanned the same way with no threshold: the answer is always exact.
+ */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    int32_t id;
+    float logit;
+    float p;
+} token_data;
+
+/* Logits compared at a time, into a byte mask on the stack. */
+#define CHUNK 4096
+
+/* Insert (v, i) into best[0..*n) (sorted by logit descending; equal logits keep the
+ * earlier, lower id first), keeping at most k. */
+static inline void insert(token_data *best, int *n, int k, float v, int32_t i) {
+    int m = *n;
+    if (m == k) {
+        if (v <= best[k - 1].logit) return;
+        m = k - 1;
+    }
+    int j = m;
+    while (j > 0 && best[j - 1].logit < v) {
+        best[j] = best[j - 1];
+        j--;
+    }
+    best[j].id = i;
+    best[j].logit = v;
+    best[j].p = 0.0f;
+    if (*n < k) (*n)++;
+}
+
+static inline void consider(const float *row, const uint8_t *banned, int i, int k,
+                            token_data *best, int *found) {
+    float v = row[i];
+    if (isfinite(v) && !(banned && banned[i])) insert(best, found, k, v, i);
+}
+
+/* AVX2 where the CPU has it, chosen when the library loads (GCC/clang on x86-64 Linux). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+#define WIDEST __attribute__((target_clones("avx2", "default")))
+#else
+#define WIDEST
+#endif
+
+WIDEST static int scan(const float *row, int n, int k, const uint8_t *banned, float t,
+                token_data *best) {
+    uint8_t hit[CHUNK];
+    int found = 0;
+    for (int base = 0; base < n; base += CHUNK) {
+        int m = n - base < CHUNK ? n - base : CHUNK;
+        const float *r = row + base;
+        for (int j = 0; j < m; j++) hit[j] = r[j] >= t; /* vectorised */
+        int j = 0;
+        for (; j + 8 <= m; j += 8) {
+            uint64_t word;
+            memcpy(&word, hit + j, 8);
+            if (!word) continue;
+            for (int q = j; q < j + 8; q++)
+                if (hit[q]) consider(row, banned, base + q, k, best, &found);
+        }
+        for (; j < m; j++)
+            if (hit[j]) consider(row, banned, base + j, k, best, &found);
+    }
+    return found;
+}
+
+/* The `guess`-th best finite logit among every `stride`-th one (-INFINITY if none). */
+static float guess_threshold(const float *row, int n, int stride, int guess) {
+    float top[64];
+    int m = 0;
+    if (guess > 64) guess = 64;
+    for (int i = 0; i < n; i += stride) {
+        float v = row[i];
+        if (!isfinite(v)) continue;
+        if (m == guess && v <= top[m - 1]) continue;
+        int j = m < guess ? m++ : m - 1;
+        while (j > 0 && top[j - 1] < v) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = v;
+    }
+    return m == guess ? top[m - 1] : -INFINITY;
+}
+
+/* Writes the (at most k) best allowed tokens of row[0..n) into out, best first; returns
+ * how many. */
+int juggler_top_k(const float *row, int n, int k, const uint8_t *banned, int stride, int guess,
+                  token_data *out) {
+    if (k <= 0) return 0;
+    float t = guess_threshold(row, n, stride, guess);
+    if (t > -INFINITY) {
+        int found = scan(row, n, k, banned, t, out);
+        if (found >= k) return found;
+    }
+    return scan(row, n, k, banned, -INFINITY, out);
+}
