@@ -4,8 +4,11 @@ choice follows the machine's load."""
 
 from __future__ import annotations
 
+import itertools
+
 from juggler.engine.worker.thread_tuner import (
     EXPLORE_EVERY,
+    MAX_EXPLORE_EVERY,
     MIN_SAMPLES,
     ThreadTuner,
     candidates,
@@ -84,8 +87,32 @@ def test_a_try_that_wins_is_tried_again_at_once() -> None:
     tuner = ThreadTuner()
     run(tuner, 2, 1, {1: 0.004, 2: 0.012}, 200)  # busy: one thread
     assert tuner.choose(2, 1) == 1
-    later = run(tuner, 2, 1, {1: 0.004, 2: 0.002}, EXPLORE_EVERY + 8)
-    assert later[-4:] == [2, 2, 2, 2]
+    later = run(tuner, 2, 1, {1: 0.004, 2: 0.002}, MAX_EXPLORE_EVERY + 8)
+    first = later.index(2)
+    assert later[first : first + MIN_SAMPLES] == [2] * MIN_SAMPLES  # its retries
+    assert later[first + MIN_SAMPLES :].count(1) <= 1 + len(later) // EXPLORE_EVERY
+
+
+def test_tries_that_keep_losing_come_less_and_less_often() -> None:
+    """Trying two threads starts OpenMP's helper, which spins for milliseconds on a core
+    the event loop, router and client need (a lone streamed client on the host-bound
+    model: a third of a core with a try every 64 decodes). A try that loses doubles the
+    wait before the next, up to MAX_EXPLORE_EVERY; a change of choice listens closely
+    again."""
+    tuner = ThreadTuner()
+    chosen = run(tuner, 2, 1, {1: 0.001, 2: 0.003}, 8 * MAX_EXPLORE_EVERY)
+    tries = [i for i, t in enumerate(chosen) if t == 2 and i >= 2 * MIN_SAMPLES]
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert gaps[:4] == [EXPLORE_EVERY, 2 * EXPLORE_EVERY, 4 * EXPLORE_EVERY, 8 * EXPLORE_EVERY]
+    assert max(gaps) == MAX_EXPLORE_EVERY and gaps[-1] == MAX_EXPLORE_EVERY
+    # The load changes: one thread now waits for a core, two do not.
+    later = run(tuner, 2, 1, {1: 0.004, 2: 0.001}, 2 * MAX_EXPLORE_EVERY)
+    assert later[-MAX_EXPLORE_EVERY // 2 :].count(2) >= MAX_EXPLORE_EVERY // 2 - 2
+    settled = later.index(2) + MIN_SAMPLES  # the try that won, then its retries
+    tries_of_one = [i for i, t in enumerate(later) if t == 1 and i > settled]
+    assert tries_of_one[0] - settled <= EXPLORE_EVERY  # heard from again soon
+    gaps = [b - a for a, b in itertools.pairwise(tries_of_one)]
+    assert gaps[:3] == [EXPLORE_EVERY, 2 * EXPLORE_EVERY, 4 * EXPLORE_EVERY]  # then less often
 
 
 def test_a_count_tried_is_marked_a_trial_and_the_chosen_one_is_not() -> None:

@@ -18,7 +18,14 @@ count's first decode pays for starting its threads (tens of milliseconds), and o
 outlier must not keep a faster count away for hundreds of decodes. Every
 `EXPLORE_EVERY`-th decode of a size tries another count, and a try that beats the chosen
 count is tried again at once until its median decides, so the choice follows the machine
-as its load changes: at most one decode in `EXPLORE_EVERY` runs with a slower count.
+as its load changes. A try that loses doubles the wait before the next one, up to
+`MAX_EXPLORE_EVERY` decodes, until the choice changes: trying two threads starts
+OpenMP's helper thread, which then spins for milliseconds on the core the event loop,
+the router and the client need. Measured on 2 cores (the host-bound test model, one
+streamed client, backend direct): with a try every 64 decodes the helper spun a third of
+a core and the stream ran at 1,640-1,670 tokens a second, 1,760-1,800 with these waits.
+(With one thread fixed, 1,900-2,030: when one and two threads decode a row about as
+fast, noise still flips the choice for a while, and each flip listens closely again.)
 A decode run with another count than the chosen one (the first decodes of a size, a
 try, a retry) is a *trial* (`trial` says whether the last `choose` was one): its time
 says nothing of what a decode of that size costs from now on, and the worker's cost
@@ -39,6 +46,8 @@ from dataclasses import dataclass, field
 WINDOW = 5
 #: Decodes of one size between two tries of another thread count.
 EXPLORE_EVERY = 64
+#: The most decodes of one size between two tries, once tries keep losing.
+MAX_EXPLORE_EVERY = 512
 #: More threads are chosen only when they decode this much faster (0.1: 10%).
 MORE_THREADS_GAIN = 0.1
 #: Decodes a count needs before its median is trusted.
@@ -79,6 +88,9 @@ class ThreadTuner:
     #: tried again until its median decides.
     chosen: dict[int, int] = field(default_factory=dict)
     retry: dict[int, int] = field(default_factory=dict)
+    #: Per size: decodes between two tries now, and the decode count of the next try.
+    every: dict[int, int] = field(default_factory=dict)
+    next_try: dict[int, int] = field(default_factory=dict)
     #: Whether the count the last `choose` gave is a trial, not the chosen one.
     trial: bool = False
 
@@ -97,12 +109,16 @@ class ThreadTuner:
             if stat.samples < MIN_SAMPLES:
                 return n
         best = self._best(options, seen)
+        count = self.decodes.get(size, 0)
+        if self.chosen.get(size, best) != best:  # the load changed: listen closely again
+            self.every[size] = EXPLORE_EVERY
+            self.next_try[size] = count + EXPLORE_EVERY
         self.chosen[size] = best
         again = self.retry.get(size)
         if again in options and again != best:
             return again
-        count = self.decodes.get(size, 0)
-        if count % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+        if count >= self.next_try.get(size, EXPLORE_EVERY - 1):
+            self.next_try[size] = count + self.every.get(size, EXPLORE_EVERY)
             others = [n for n in options if n != best]
             # The count tried least of late, so that each is heard from in turn.
             return min(others, key=lambda n: self.stats[(size, n)].samples)
@@ -136,3 +152,5 @@ class ThreadTuner:
             self.retry[size] = threads  # beat the chosen count: hear from it again
         else:
             self.retry.pop(size, None)
+            every = self.every.get(size, EXPLORE_EVERY)
+            self.every[size] = min(2 * every, MAX_EXPLORE_EVERY)
