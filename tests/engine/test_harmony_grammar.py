@@ -12,8 +12,9 @@ import pytest
 from llama_cpp import llama_cpp as C
 
 from juggler.api.structured import FunctionDef
+from juggler.engine.llama.best_k import Candidates as _Candidates
 from juggler.engine.llama.native import Model
-from juggler.engine.llama.native_sampler import _Candidates, parse_grammar
+from juggler.engine.llama.native_sampler import parse_grammar
 from juggler.engine.structured.grammar import schema_grammar
 from juggler.engine.structured.tools import ToolPlan, ToolSyntax, tool_grammar
 from juggler.engine.thinking.grammar import answer_grammar

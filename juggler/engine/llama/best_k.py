@@ -28,6 +28,42 @@ from juggler.errors import EngineError
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
+class Candidates:
+    """A `llama_token_data_array` over a numpy buffer (ids, logits)."""
+
+    def __init__(self, ids: Any, logits: Any) -> None:
+        n = int(ids.shape[0])
+        self.data = (C.llama_token_data * n)()
+        self.addr = ctypes.addressof(self.data)
+        self.view = np.frombuffer(memoryview(self.data).cast("B"), dtype=TOKEN_DATA)
+        self.arr = C.llama_token_data_array(data=self.data, size=n, selected=-1, sorted=False)
+        self.arr_ref = ctypes.byref(self.arr)
+        self.refill(ids, logits)
+
+    @classmethod
+    def empty(cls, capacity: int) -> Candidates:
+        return cls(np.zeros(capacity, dtype=np.int32), np.zeros(capacity, dtype=np.float32))
+
+    def refill(self, ids: Any, logits: Any, *, is_sorted: bool = False) -> None:
+        """Reuse the buffer (samplers reorder and shrink the array in place)."""
+        n = int(ids.shape[0])
+        self.view["id"][:n] = ids
+        self.view["logit"][:n] = logits
+        self.view["p"][:n] = 0.0
+        self.arr.size, self.arr.selected, self.arr.sorted = n, -1, is_sorted
+
+    def apply(self, sampler: Any) -> None:
+        C.llama_sampler_apply(sampler, self.arr_ref)
+
+    def num_allowed(self) -> int:
+        return int(np.isfinite(self.view["logit"][: self.arr.size]).sum())
+
+    def selected(self) -> int:
+        if not 0 <= self.arr.selected < self.arr.size:
+            raise EngineError("the sampler chain selected no token")
+        return int(self.arr.data[self.arr.selected].id)
+
+
 class BestK:
     """The k-entry candidate array of one sampler, refilled each draw."""
 
@@ -39,11 +75,7 @@ class BestK:
         self.k = k
         self.banned = banned  # a read-only boolean mask over the vocabulary, or None
         self.kernel = native_top_k() if native else None
-        self.data = (C.llama_token_data * k)()
-        self.addr = ctypes.addressof(self.data)
-        self.view = np.frombuffer(memoryview(self.data).cast("B"), dtype=TOKEN_DATA)
-        self.arr = C.llama_token_data_array(data=self.data, size=k, selected=-1, sorted=True)
-        self.arr_ref = ctypes.byref(self.arr)
+        self.few = Candidates.empty(k)
         self.banned_addr = banned.ctypes.data if banned is not None else None
         # The threshold guess (see top_k.py): the GUESS-th best of every STRIDE-th logit
         # holds about GUESS * STRIDE tokens; twice k at least.
@@ -52,35 +84,27 @@ class BestK:
     def fill(self, row: int) -> int:
         """The k best allowed tokens of batch row `row` into the array, best first;
         returns how many (fewer where fewer are allowed)."""
-        if self.kernel is not None:
-            found = int(
-                self.kernel(
-                    self.ctx.logits_addr(row),
-                    self.n_vocab,
-                    self.k,
-                    self.banned_addr,
-                    STRIDE,
-                    self.guess,
-                    self.addr,
-                )
-            )
-        else:
+        few = self.few
+        if self.kernel is None:
             ids, logits = top_candidates(self.ctx.logits_view(row), self.k, self.banned)
-            found = int(ids.shape[0])
-            self.view["id"][:found] = ids
-            self.view["logit"][:found] = logits
-            self.view["p"][:found] = 0.0
-        arr = self.arr
-        arr.size, arr.selected, arr.sorted = found, -1, True
+            few.refill(ids, logits, is_sorted=True)
+            return int(ids.shape[0])
+        found: int = self.kernel(
+            self.ctx.logits_addr(row),
+            self.n_vocab,
+            self.k,
+            self.banned_addr,
+            STRIDE,
+            self.guess,
+            few.addr,
+        )
+        few.arr.size, few.arr.selected, few.arr.sorted = found, -1, True
         return found
 
     def draw(self, chain: Any, row: int) -> int:
         """Apply `chain` to the k best of row `row` and accept its draw."""
         self.fill(row)
-        C.llama_sampler_apply(chain, self.arr_ref)
-        arr = self.arr
-        if not 0 <= arr.selected < arr.size:
-            raise EngineError("the sampler chain selected no token")
-        token = int(self.data[arr.selected].id)
+        self.few.apply(chain)
+        token = self.few.selected()
         C.llama_sampler_accept(chain, token)
         return token

@@ -20,7 +20,6 @@ Owned by the worker thread of the context it samples from.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 import time
@@ -30,11 +29,11 @@ from typing import Any, cast
 import llama_cpp.llama_cpp as C
 import numpy as np
 
-from juggler.engine.llama.best_k import TOKEN_DATA, BestK
+from juggler.engine.llama.best_k import BestK, Candidates
 from juggler.engine.llama.native_context import Context
 from juggler.engine.llama.ports import LlamaContext, Logits
 from juggler.engine.llama.sampling import SamplingParams
-from juggler.errors import BadRequest, EngineError
+from juggler.errors import BadRequest
 
 #: When a drawn token breaks the grammar, the redraw first looks among the tokens whose
 #: logit is within this much of the best (e^-8: a 3000 times less likely token), then
@@ -67,35 +66,6 @@ def parse_grammar(vocab: Any, grammar: str) -> Any:
 
 def check_grammar(vocab: Any, grammar: str) -> None:
     C.llama_sampler_free(parse_grammar(vocab, grammar))
-
-
-class _Candidates:
-    """A `llama_token_data_array` over a numpy buffer (ids, logits)."""
-
-    def __init__(self, ids: Any, logits: Any) -> None:
-        n = int(ids.shape[0])
-        self.data = (C.llama_token_data * n)()
-        self.view = np.frombuffer(memoryview(self.data).cast("B"), dtype=TOKEN_DATA)
-        self.arr = C.llama_token_data_array(data=self.data, size=n, selected=-1, sorted=False)
-        self.refill(ids, logits)
-
-    def refill(self, ids: Any, logits: Any) -> None:
-        """Reuse the buffer (samplers reorder and shrink the array in place)."""
-        self.view["id"] = ids
-        self.view["logit"] = logits
-        self.view["p"] = 0.0
-        self.arr.size, self.arr.selected, self.arr.sorted = int(ids.shape[0]), -1, False
-
-    def apply(self, sampler: Any) -> None:
-        C.llama_sampler_apply(sampler, ctypes.byref(self.arr))
-
-    def num_allowed(self) -> int:
-        return int(np.isfinite(self.view["logit"][: self.arr.size]).sum())
-
-    def selected(self) -> int:
-        if not 0 <= self.arr.selected < self.arr.size:
-            raise EngineError("the sampler chain selected no token")
-        return int(self.arr.data[self.arr.selected].id)
 
 
 #: Largest top_k sampled over the k best tokens (llama.cpp sorts up to 128 with a plain
@@ -167,7 +137,7 @@ class Sampler:
         sampling = params.temperature > 0.0 and params.min_p > 0.0
         self.min_p_gap = -math.log(params.min_p) if sampling else None
         self.ids = np.arange(n_vocab, dtype=np.int32)
-        self._full: _Candidates | None = None
+        self._full: Candidates | None = None
         # One chain owning both (a chain is a sampler), for the unconstrained fast path.
         self.ptr: Any = _chain()
         C.llama_sampler_chain_add(self.ptr, self.pre)
@@ -237,14 +207,14 @@ class Sampler:
         """Sample (and accept) a token from saved logits, as `sample` does from a row."""
         if self.grammar is not None:
             return self._constrained(logits)
-        cand = _Candidates(np.arange(logits.shape[0], dtype=np.int32), logits)
+        cand = Candidates(np.arange(logits.shape[0], dtype=np.int32), logits)
         cand.apply(self.ptr)
         token = cand.selected()
         C.llama_sampler_accept(self.ptr, token)
         return token
 
     def _allows(self, token: int) -> bool:
-        one = _Candidates(np.array([token], dtype=np.int32), np.zeros(1, dtype=np.float32))
+        one = Candidates(np.array([token], dtype=np.int32), np.zeros(1, dtype=np.float32))
         one.apply(self.grammar)
         return bool(np.isfinite(one.view["logit"][0]))
 
@@ -266,7 +236,7 @@ class Sampler:
     def _constrained_draw(self, logits: Any) -> int:
         ids = self.ids
         if self._full is None:
-            self._full = _Candidates(ids, logits)
+            self._full = Candidates(ids, logits)
         else:
             self._full.refill(ids, logits)
         cand = self._full
@@ -295,7 +265,7 @@ class Sampler:
         top = float(biased.max())
         for margin in _MARGINS if np.isfinite(top) else ():
             best = np.flatnonzero(biased >= top - margin)
-            few = _Candidates(ids[best], biased[best])
+            few = Candidates(ids[best], biased[best])
             few.apply(self.grammar)
             allowed = few.view["logit"][np.isfinite(few.view["logit"])]
             enough = self.need is not None and allowed.size >= self.need
