@@ -79,10 +79,14 @@ class System:
     servers: list[Server]
     #: Process label -> pid, for the CPU accounting.
     pids: dict[str, int] = field(default_factory=dict)
+    #: Its home folder, removed when it stops.
+    home: Path | None = None
 
     def stop(self) -> None:
         for s in self.servers:
             s.stop()
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 def start_llama(model: Path, parallel: int, ctx: int, extra: str = "") -> System | None:
@@ -145,8 +149,8 @@ def start_router(
         for pid in (proc.pid, backend):
             ran = Path(f"/proc/{pid}/cwd").resolve()
             assert ran == tree, f"{name}: process {pid} runs in {ran}, not {tree}"
-    shutil.rmtree(home, ignore_errors=True)  # the router keeps what it opened
-    return System(name, s.url, NAME, [s], {"router": proc.pid, "backend": backend})
+    # The home stays while the router runs: it reads its model list and aliases there.
+    return System(name, s.url, NAME, [s], {"router": proc.pid, "backend": backend}, home)
 
 
 def start_direct(model: Path, parallel: int, ctx: int, extra: str = "") -> System:

@@ -125,9 +125,17 @@ class ComputePlanner:
                     self.board.write(key, share)
         for s in planned:
             s.compute = shares.get(s.server_id)
-        if next_wake is not None and next_wake != self._wake_at and self._wake is not None:
+        if next_wake is not None and self._wake is not None and self._needs_wake(next_wake, now):
             self._wake_at = next_wake
             self._wake(max(0.0, next_wake - now))
+
+    def _needs_wake(self, at: float, now: float) -> bool:
+        """Whether a wake at `at` must be asked for: none is pending, or the one pending
+        comes later. A pending one that comes first replans then and asks for the next
+        (a stream of back-to-back requests restarts its linger at every end: one wake per
+        request was one more owner message per request, issue 47)."""
+        pending = self._wake_at
+        return pending is None or pending <= now or at < pending
 
     def forget(self, server_id: int) -> None:
         self._shares.pop(server_id, None)

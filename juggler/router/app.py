@@ -40,6 +40,7 @@ from juggler.router.core.deps import RouterState
 from juggler.router.core.drain import Drain
 from juggler.router.core.error_bodies import ErrorBodies
 from juggler.router.core.figures import FiguresPoller
+from juggler.router.core.generation_lane import GenerationLane, generation_routes
 from juggler.router.core.middleware import (
     OPEN_PATHS,
     AuthMiddleware,
@@ -221,6 +222,21 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         return error_response(request, error, allow)
 
     document_request_bodies(app, default_model=settings.model)
+    # Innermost of the middleware: everything below still guards the generation routes.
+    app.add_middleware(
+        GenerationLane,
+        routes=generation_routes(
+            API_PREFIXES,
+            {
+                "/chat/completions": openai_routes.chat_completions,
+                "/completions": openai_routes.completions,
+                "/messages": anthropic_routes.messages,
+            },
+            {"/api/chat": ollama_routes.chat, "/api/generate": ollama_routes.generate},
+        ),
+        on_error=error_response,
+        gone=ClientGone,
+    )
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,

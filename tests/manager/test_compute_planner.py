@@ -198,3 +198,33 @@ def test_a_weight_given_at_load_divides_the_cores_unequally(tmp_path: Path) -> N
             await manager.stop()
 
     run(scenario())
+
+
+def test_a_linger_restarted_before_its_wake_asks_for_no_other_wake(tmp_path: Path) -> None:
+    """Seed 003's compute plan: a backend keeps its share for a linger after its last
+    request. Back-to-back requests restart the linger at every end; the wake already
+    pending replans then and asks for the next one (issue 47: a wake per request was an
+    owner message per request)."""
+    clock, wakes = Clock(), []
+    planner = ComputePlanner(
+        cpus=(0, 1), linger_s=0.2, folder=tmp_path, clock=clock, wake=wakes.append
+    )
+    a = Server(1)
+    planner.env_for(a)  # type: ignore[arg-type]
+    start = clock.now
+    for _ in range(5):  # requests 40 ms apart: busy, then idle
+        a.in_flight = 1
+        planner.update([a])  # type: ignore[arg-type]
+        a.in_flight = 0
+        planner.update([a])  # type: ignore[arg-type]
+        clock.now += 0.04
+    assert wakes == [pytest.approx(0.2)]  # the first end's; none for the four after
+    clock.now = start + 0.21  # that wake: the linger of the last end (+0.16) lasts to +0.36
+    planner.update([a])  # type: ignore[arg-type]
+    assert wakes == [pytest.approx(0.2), pytest.approx(0.15)]
+    assert a.compute is not None and a.compute.busy
+    clock.now = start + 0.37
+    planner.update([a])  # type: ignore[arg-type]
+    assert a.compute is not None and not a.compute.busy
+    assert len(wakes) == 2
+    planner.close()
