@@ -94,12 +94,13 @@ class ServerTable:
         memory: MemoryStatus | None = None,
     ) -> TableSnapshot:
         ready = self.in_state(ServerState.READY)
+        servers = tuple(s.snapshot() for s in self._servers.values())
         # Ids grow with each load and loads are serialized: the highest is the newest.
-        newest = max(ready, key=lambda s: s.server_id) if ready else None
+        newest = max(ready, key=lambda s: s.server_id).server_id if ready else None
         return TableSnapshot(
             limits=limits,
-            servers=tuple(s.snapshot() for s in self._servers.values()),
-            most_recent=newest.snapshot() if newest is not None else None,
+            servers=servers,
+            most_recent=next((s for s in servers if s.server_id == newest), None),
             views=tuple(s.view() for s in ready),
             num_queued=num_queued,
             counters=tuple(sorted(self.counters.items())),

@@ -54,6 +54,7 @@ class WrappedServer:
         self.compute: Share | None = None
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name)
         self.log_path = log_dir / f"{safe}-{server_id}.log"
+        self._launch: tuple[LaunchPlan, str, tuple[str, ...]] | None = None
 
     @property
     def backend_url(self) -> str:
@@ -112,9 +113,17 @@ class WrappedServer:
         )
 
     def launch_command(self) -> tuple[str, ...]:
-        """The command line the backend was started with (empty while it starts)."""
-        port = urlsplit(self.backend_url).port if self.backend_url else None
-        return tuple(self.plan.argv(port)) if port else ()
+        """The command line the backend was started with (empty while it starts). Kept
+        for its plan and URL: every snapshot shows it, and the owner publishes one after
+        each message, two a request (issue 47)."""
+        plan, url = self.plan, self.backend_url
+        kept = self._launch
+        if kept is not None and kept[0] is plan and kept[1] == url:
+            return kept[2]
+        port = urlsplit(url).port if url else None
+        command = tuple(plan.argv(port)) if port else ()
+        self._launch = (plan, url, command)
+        return command
 
     def memory_view(self, global_auto_evict: bool) -> MemoryView:
         """This server as seed 002's memory policy sees it."""
