@@ -17,7 +17,7 @@ from juggler.engine.llama.native import Model
 from juggler.engine.llama.ports import ContextParams
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.llama.top_k import GUESS, STRIDE, WIDER, top_candidates
-from juggler.engine.llama.top_k_native import library_path, native_top_k
+from juggler.engine.llama.top_k_native import library_path, native_draw, native_top_k
 
 
 def best_by_sorting(row: np.ndarray, k: int, banned: np.ndarray | None = None) -> list[int]:
@@ -46,6 +46,7 @@ def test_make_install_built_the_kernel() -> None:
         pytest.skip("no C compiler (cc): the engine uses numpy's top-k")
     assert library_path().is_relative_to(sys.prefix)
     assert native_top_k() is not None, f"{library_path()} missing: run make install"
+    assert native_draw() is not None, f"{library_path()} predates juggler_draw: make install"
 
 
 @pytest.mark.parametrize("k", [1, 5, 40, 100, 128])
@@ -117,7 +118,7 @@ def test_banned_and_infinite_logits_are_never_candidates() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("native", [True, False], ids=["kernel", "numpy"])
+@pytest.mark.parametrize("way", ["draw", "kernel", "numpy"])
 @pytest.mark.parametrize(
     "params",
     [
@@ -127,8 +128,10 @@ def test_banned_and_infinite_logits_are_never_candidates() -> None:
     ],
 )
 def test_the_draw_over_the_k_best_is_the_chains_draw_over_the_vocabulary(
-    smol_path: Path, params: SamplingParams, native: bool
+    smol_path: Path, params: SamplingParams, way: str
 ) -> None:
+    """`way`: the compiled draw (top_k.c's `juggler_draw`: one call), the compiled top-k
+    with the chain applied from Python (four calls), or numpy's top-k."""
     model = Model(str(smol_path))
     ctx = model.new_context(
         ContextParams(n_ctx=2048, n_batch=512, n_ubatch=512, n_seq_max=16, n_threads=1)
@@ -137,9 +140,12 @@ def test_the_draw_over_the_k_best_is_the_chains_draw_over_the_vocabulary(
     fast = model.new_sampler(ctx, params, banned=model.eog_tokens())
     whole = model.new_sampler(ctx, params, banned=model.eog_tokens())
     assert fast.top_k == params.top_k and fast._best is not None
-    if native and fast._best.kernel is None:
+    if way != "numpy" and fast._best.kernel is None:
         pytest.skip(f"{library_path()} is not built (no C compiler)")
-    if not native:
+    assert (fast._best.drawer is not None) == (fast._best.kernel is not None)
+    if way == "kernel":
+        fast._best.drawer = None
+    if way == "numpy":
         fast._best = BestK(ctx, fast.n_vocab, fast.top_k, fast.banned, native=False)
     whole._best = None  # llama_sampler_sample over the whole vocabulary
     try:

@@ -21,7 +21,7 @@ import numpy as np
 
 from juggler.engine.llama.native_context import Context
 from juggler.engine.llama.top_k import GUESS, STRIDE, WIDER, top_candidates
-from juggler.engine.llama.top_k_native import native_top_k
+from juggler.engine.llama.top_k_native import DrawSpec, native_draw, native_top_k
 from juggler.errors import EngineError
 
 #: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
@@ -75,11 +75,17 @@ class BestK:
         self.k = k
         self.banned = banned  # a read-only boolean mask over the vocabulary, or None
         self.kernel = native_top_k() if native else None
+        self.drawer = native_draw() if native and self.kernel is not None else None
         self.few = Candidates.empty(k)
         self.banned_addr = banned.ctypes.data if banned is not None else None
         # The threshold guess (see top_k.py): the GUESS-th best of every STRIDE-th logit
         # holds about GUESS * STRIDE tokens; twice k at least.
         self.guess = GUESS if k * 2 <= GUESS * STRIDE else WIDER
+        #: The compiled draw's spec (and a reference to pass it by), and the chain it was
+        #: set for (`draw`).
+        self._spec: DrawSpec | None = None
+        self._spec_ref: Any = None
+        self._spec_chain: Any = None
 
     def fill(self, row: int) -> int:
         """The k best allowed tokens of batch row `row` into the array, best first;
@@ -102,9 +108,40 @@ class BestK:
         return found
 
     def draw(self, chain: Any, row: int) -> int:
-        """Apply `chain` to the k best of row `row` and accept its draw."""
+        """Apply `chain` to the k best of row `row` and accept its draw: in one call to
+        the compiled draw where it was built, else four."""
+        if self.drawer is not None:
+            if self._spec_chain is not chain:
+                self._spec = self._spec_for(chain)
+                self._spec_ref, self._spec_chain = ctypes.byref(self._spec), chain
+            token: int = self.drawer(self._spec_ref, row)
+            if token == -1:
+                raise EngineError(f"llama.cpp returned no logits for batch row {row}")
+            if token < 0:
+                raise EngineError("the sampler chain selected no token")
+            return token
         self.fill(row)
         self.few.apply(chain)
         token = self.few.selected()
         C.llama_sampler_accept(chain, token)
         return token
+
+    def _spec_for(self, chain: Any) -> DrawSpec:
+        return DrawSpec(
+            ctx=ctypes.cast(self.ctx.ptr, ctypes.c_void_p).value,
+            logits_at=_address(C._lib.llama_get_logits_ith),
+            chain=ctypes.cast(chain, ctypes.c_void_p).value,
+            apply=_address(C._lib.llama_sampler_apply),
+            accept=_address(C._lib.llama_sampler_accept),
+            arr=ctypes.addressof(self.few.arr),
+            banned=self.banned_addr,
+            n_vocab=self.n_vocab,
+            k=self.k,
+            stride=STRIDE,
+            guess=self.guess,
+        )
+
+
+def _address(fn: Any) -> int | None:
+    """The address of a function of llama.cpp's library."""
+    return ctypes.cast(fn, ctypes.c_void_p).value

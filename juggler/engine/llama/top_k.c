@@ -17,6 +17,8 @@
  */
 
 #include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -113,4 +115,50 @@ int juggler_top_k(const float *row, int n, int k, const uint8_t *banned, int str
         if (found >= k) return found;
     }
     return scan(row, n, k, banned, -INFINITY, out);
+}
+
+/* One draw of a sampler chain over the k best tokens of a batch row, in one call
+ * (`best_k.BestK.draw`): the row's logits from llama.cpp, its k best into the candidate
+ * array, the chain applied to them, its choice accepted. Every pointer is fixed for the
+ * sampler's life and set once in a `draw_spec`; a draw passes the spec and the row. The
+ * chain is llama.cpp's own, called through the addresses of `llama_get_logits_ith`,
+ * `llama_sampler_apply` and `llama_sampler_accept`: the same draws as four calls from
+ * Python, with one crossing (and one release of Python's lock) instead of four. */
+
+typedef struct {
+    token_data *data;
+    size_t size;
+    int64_t selected;
+    bool sorted;
+} token_data_array; /* llama.cpp's llama_token_data_array */
+
+typedef struct {
+    void *ctx;
+    float *(*logits_at)(void *ctx, int32_t row);
+    void *chain;
+    void (*apply)(void *chain, token_data_array *cur);
+    void (*accept)(void *chain, int32_t token);
+    token_data_array *arr;
+    const uint8_t *banned;
+    int32_t n_vocab;
+    int32_t k;
+    int32_t stride;
+    int32_t guess;
+} draw_spec;
+
+/* The token drawn from batch row `row`; -1 when llama.cpp has no logits for the row, -2
+ * when the chain selected none. */
+int32_t juggler_draw(const draw_spec *s, int32_t row) {
+    const float *logits = s->logits_at(s->ctx, row);
+    if (logits == NULL) return -1;
+    token_data_array *arr = s->arr;
+    arr->size = (size_t)juggler_top_k(logits, s->n_vocab, s->k, s->banned, s->stride, s->guess,
+                                      arr->data);
+    arr->selected = -1;
+    arr->sorted = true;
+    s->apply(s->chain, arr);
+    if (arr->selected < 0 || arr->selected >= (int64_t)arr->size) return -2;
+    int32_t token = arr->data[arr->selected].id;
+    s->accept(s->chain, token);
+    return token;
 }

@@ -29,19 +29,67 @@ def library_path() -> Path:
 
 
 @functools.cache
-def native_top_k() -> Any | None:
-    """`juggler_top_k(row, n, k, banned, stride, guess, out) -> found` (see top_k.c),
-    or None when the library was not built (then numpy finds the candidates)."""
+def _library() -> ctypes.CDLL | None:
     path = library_path()
     if not path.is_file():
         log.info("%s not built (make install compiles it): top-k in numpy", path)
         return None
     try:
-        fn = ctypes.CDLL(str(path)).juggler_top_k
-    except (OSError, AttributeError) as exc:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
         log.warning("%s does not load (%s): top-k in numpy", path, exc)
+        return None
+
+
+@functools.cache
+def native_top_k() -> Any | None:
+    """`juggler_top_k(row, n, k, banned, stride, guess, out) -> found` (see top_k.c),
+    or None when the library was not built (then numpy finds the candidates)."""
+    lib = _library()
+    try:
+        fn = lib.juggler_top_k if lib is not None else None
+    except AttributeError as exc:
+        log.warning("%s has no top-k (%s): top-k in numpy", library_path(), exc)
+        return None
+    if fn is None:
         return None
     p, i = ctypes.c_void_p, ctypes.c_int
     fn.argtypes = [p, i, i, p, i, i, p]
     fn.restype = i
+    return fn
+
+
+class DrawSpec(ctypes.Structure):
+    """top_k.c's `draw_spec`: what `juggler_draw` needs of one sampler, set once."""
+
+    _fields_ = [
+        ("ctx", ctypes.c_void_p),
+        ("logits_at", ctypes.c_void_p),
+        ("chain", ctypes.c_void_p),
+        ("apply", ctypes.c_void_p),
+        ("accept", ctypes.c_void_p),
+        ("arr", ctypes.c_void_p),
+        ("banned", ctypes.c_void_p),
+        ("n_vocab", ctypes.c_int32),
+        ("k", ctypes.c_int32),
+        ("stride", ctypes.c_int32),
+        ("guess", ctypes.c_int32),
+    ]
+
+
+@functools.cache
+def native_draw() -> Any | None:
+    """`juggler_draw(spec, row) -> token` (see top_k.c: the k best of a row, the chain
+    applied, its choice accepted, in one call), or None where the library was not built
+    or predates it (then `best_k.BestK.draw` makes the four calls itself)."""
+    lib = _library()
+    try:
+        fn = lib.juggler_draw if lib is not None else None
+    except AttributeError:
+        log.info("%s predates juggler_draw (make install rebuilds it)", library_path())
+        return None
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+    fn.restype = ctypes.c_int32
     return fn
