@@ -40,7 +40,7 @@ from juggler.engine.schedule.survival import PRIOR_HAZARD, REPEAT_CLASS, Surviva
 from juggler.engine.schedule.ties import ANY, FEW_TIE, RISKY, TILE_ROWS
 from juggler.engine.threads import ThreadGovernor
 from juggler.engine.worker.drafting import MAX_RECALLS, Drafting
-from juggler.engine.worker.speculation import Speculation
+from juggler.engine.worker.speculation import Speculation, has_room_beside
 from juggler.engine.worker.thread_tuner import ThreadTuner
 from tests.engine.fake_llama import BOS
 from tests.engine.rig import FixedCost, Rig, events
@@ -141,6 +141,20 @@ def test_propose_drafts_from_the_token_lists_within_its_room() -> None:
     assert short == [2]
     assert Speculation(max_len=8).propose(tokens, pending, 0, DecodeCost(), num_seqs=1) == []
     assert Speculation(max_len=8).propose([5, 9, 7], [3], 100, DecodeCost(), num_seqs=1) == []
+
+
+def test_no_draft_is_weighed_where_none_fits_beside_the_other_streams() -> None:
+    """Issue 17: a decode beside other streams stays under `TILE_ROWS` rows. Where the
+    streams alone fill them, `Drafting.propose` stops before weighing the next decode's
+    rows (one per stream, for every stream's every token: issue 47); `has_room_beside`
+    is the rule `Speculation.propose` applies, so nothing is lost by not asking it."""
+    tokens, pending = [1, 2, 3, 4, 5, 6, 7, 8] * 4, [1]
+    for n in range(1, TILE_ROWS + 4):
+        draft = Speculation(max_len=8).propose(tokens, pending, 100, DecodeCost(), num_seqs=n)
+        if not has_room_beside(n):
+            assert draft == [], n
+    assert has_room_beside(1) and has_room_beside(TILE_ROWS - 2)
+    assert not has_room_beside(TILE_ROWS - 1) and not has_room_beside(TILE_ROWS)
 
 
 def cost_of(fixed: float, per_row: float) -> DecodeCost:

@@ -218,16 +218,24 @@ class Decoder:
                 s.num_draft = 0
             if s.generation is None or s.generation.num_generated == 0:
                 s.num_prefilled += n - num_drafts
-        for s, row in rows:
-            try:
-                if s.generation is not None:
-                    self.gens.on_rows(
-                        s, row, drafts.get(s.seq_id, []), self.ctx.logits_row, num_rows
-                    )
-                elif s.spec_header is not None:
-                    s.saved_logits = self.ctx.logits_row(row)
-            except EngineError as exc:  # one request's llama.cpp call failed
-                self.gens.finish(s, "error", error=exc)
+        gens = self.gens
+        counted = len(rows) > 1 and gens.count_next_rows()
+        try:
+            for s, row in rows:
+                try:
+                    if s.generation is not None:
+                        gens.on_rows(
+                            s, row, drafts.get(s.seq_id, []), self.ctx.logits_row, num_rows
+                        )
+                    elif s.spec_header is not None:
+                        s.saved_logits = self.ctx.logits_row(row)
+                except EngineError as exc:  # one request's llama.cpp call failed
+                    gens.finish(s, "error", error=exc)
+                if counted:
+                    gens.handled(s)
+        finally:
+            if counted:
+                gens.forget_next_rows()
         return True
 
     def _fill(

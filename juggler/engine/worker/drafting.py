@@ -17,7 +17,9 @@ from juggler.engine.schedule.drafts import MAX_MATCH
 from juggler.engine.schedule.recall import Recall
 from juggler.engine.schedule.survival import Survival
 from juggler.engine.worker.kv import KvBook
+from juggler.engine.worker.next_rows import NextRows, count
 from juggler.engine.worker.session import Generation, Session
+from juggler.engine.worker.speculation import has_room_beside
 
 #: Adapters (the base model counts as one) whose recent generations a worker remembers.
 MAX_RECALLS = 4
@@ -51,6 +53,8 @@ class Drafting:
         #: Whether requests wait to start on this worker (its inbox, admission): then no
         #: stream decodes alone for long (the worker sets it).
         self.crowded: Callable[[], bool] = lambda: False
+        #: The next decode's rows while the rows of the last one are handled.
+        self._next_rows: NextRows | None = None
 
     def use_threads(self, n: int) -> None:
         """The decode just run used `n` threads: from now on decodes are timed, and drafts
@@ -65,6 +69,20 @@ class Drafting:
             self._costs[self.cost_threads] = self.cost
             self.cost = self._costs.pop(n) if n in self._costs else DecodeCost()
         self.cost_threads = n
+
+    def count_next_rows(self) -> bool:
+        """The rows of a decode of several sequences are about to be handled, one after
+        another: the next decode's rows are counted once now (`next_rows`) and kept as
+        each is `handled`, until `forget_next_rows`."""
+        self._next_rows = NextRows(self.kv.table.running())
+        return True
+
+    def handled(self, s: Session) -> None:
+        if self._next_rows is not None:
+            self._next_rows.record(s)
+
+    def forget_next_rows(self) -> None:
+        self._next_rows = None
 
     def recall(self, adapter_id: str | None) -> Recall:
         """The memory of recent generations run with `adapter_id` (the base: None); the
@@ -87,25 +105,23 @@ class Drafting:
         # The next decode's rows so far: a token for each generating sequence (a prompt's
         # rows for this one), and the drafts proposed this tick (they are cleared once
         # decoded), and the cells those rows attend to (what a row costs depends on it).
-        running = self.kv.table.running()
-        rows, cells, others = 0, 0, 0.0
-        for r in running:
-            n = len(r.pending) if r is s else 1 + r.num_draft
-            rows += n
-            cells += n * r.n_past
-            if r.num_draft and r.generation is not None and r.generation.spec is not None:
-                others += r.generation.spec.expected_kept
+        nxt = self._next_rows
+        num_seqs, rows, cells, others = (
+            nxt.seen_by(s) if nxt is not None else count(s, self.kv.table.running())
+        )
+        if not has_room_beside(num_seqs):
+            return  # no draft fits beside so many streams
         depth = cells / rows if rows else float(s.n_past)
         draft = g.spec.propose(
             s.tokens,
             s.pending,
             left - 1,
             self.cost,
-            len(running),
+            num_seqs,
             rows,
             others,
             depth,
-            alone=len(running) == 1 and not self.crowded(),
+            alone=num_seqs == 1 and not self.crowded(),
         )
         if draft and min(draft) < 0:  # never an image's placeholder (`llama.media`)
             draft = draft[: next(i for i, t in enumerate(draft) if t < 0)]

@@ -43,6 +43,13 @@ from juggler.engine.schedule.survival import REPEAT_CLASS, Survival, match_class
 from juggler.engine.schedule.ties import ANY, TILE_ROWS, exact_length, planned_length
 
 
+def has_room_beside(num_seqs: int) -> bool:
+    """Whether a draft can fit beside `num_seqs` generating sequences: a decode beside
+    other streams stays under `TILE_ROWS` rows (`Speculation.propose`), and each of them
+    has a row."""
+    return num_seqs <= 1 or TILE_ROWS - 1 - num_seqs > 0
+
+
 @dataclass(eq=False)
 class Speculation:
     max_len: int
