@@ -12,9 +12,13 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
 
 from juggler.engine.llama.ports import TokenBatch
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.schedule import recall as recall_module
 from juggler.engine.schedule.batch import FINAL_ROWS, Chunk, SeqWork, schedule
 from juggler.engine.schedule.decode_cost import (
     DEPTH_START,
@@ -728,6 +732,34 @@ def test_recall_prefers_the_match_reaching_furthest_back_and_forgets_the_oldest(
     assert len(recall) <= 40
     assert look(recall, [1, 2, 3, 4, 5, 6], 5) == ([], 0)  # forgotten
     assert look(recall, [59, 69, 70, 71], 5) == ([72], 4)  # the newest are kept
+
+
+def test_recall_forgets_a_generation_at_a_time_and_indexes_each_answer_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 47: forgetting the oldest answers one by one and indexing the rest again
+    took tens of milliseconds every few hundred requests, holding the worker. The memory
+    keeps two generations of indexes; the older is forgotten whole."""
+    indexed: list[Any] = []  # every answer indexed (held, so that ids stay apart)
+    add = recall_module._Index.add
+
+    def counting(self: Any, entry: Any) -> None:
+        indexed.append(entry)
+        add(self, entry)
+
+    monkeypatch.setattr(recall_module._Index, "add", counting)
+    recall = Recall(max_tokens=100)
+    for i in range(200):
+        recall.add([1000 + i], [2000 + i, 3000 + i, 4000 + i, 5000 + i])  # 5 tokens each
+        assert len(recall) <= 100
+    assert len(indexed) == len({id(e) for e in indexed}) == 200  # never indexed again
+    assert look(recall, [1199, 2199, 3199], 5) == ([4199, 5199], 3)  # the newest
+    assert look(recall, [1185, 2185, 3185], 5) == ([4185, 5185], 3)  # the older half
+    assert look(recall, [1150, 2150, 3150], 5) == ([], 0)  # forgotten with its generation
+    assert len(recall) >= 50
+    again = len(recall)
+    recall.add([1199], [2199, 3199, 4199, 5199])  # held: remembered once
+    assert len(recall) == again
 
 
 def test_a_sequence_drafts_from_recall_only_where_it_matches_further_back() -> None:

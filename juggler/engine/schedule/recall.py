@@ -5,9 +5,9 @@ Requests repeat across sequences: a client retries or regenerates, an agent asks
 same tool question each turn, several users ask for the same record, a benchmark
 sends one prompt each round. A sequence's own index cannot see any of that: its
 tokens are its prompt and its own output. So each finished generation's output, with
-the `MAX_MATCH` tokens before it as context, is kept here, the most recent
-`RECALL_TOKENS` tokens of them. A draft looks up the sequence's last tokens in both;
-the match that reaches further back wins (`speculation.Speculation.propose`), so a
+the `MAX_MATCH` tokens before it as context, is kept here: of the most recent, at most
+`RECALL_TOKENS` tokens and at least half as many (`Recall`). A draft looks up the
+sequence's last tokens in both; the match that reaches further back wins (`speculation.Speculation.propose`), so a
 repeated answer is drafted from its earlier copy, while a sequence quoting its own
 document keeps drafting from the document. llama.cpp's `ngram-mod` keeps one hash
 table of n-grams across all requests of a server for the same reason.
@@ -33,7 +33,7 @@ the first time it was asked again.
 from __future__ import annotations
 
 import bisect
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -79,27 +79,62 @@ class _Doc:
     confirmed: bool = False
 
 
-class Recall:
-    def __init__(self, max_tokens: int = RECALL_TOKENS) -> None:
-        self.max_tokens = max_tokens
-        #: The remembered generations, oldest first.
-        self._docs: deque[_Doc] = deque()
-        #: The same by what they hold, to remember an answer given again (with the same
-        #: ties) only once.
-        self._seen: dict[tuple[bool, tuple[int, ...], tuple[int, ...]], _Doc] = {}
-        #: How many remembered greedy generations hold each context and output.
-        self._greedy_texts: Counter[tuple[int, ...]] = Counter()
-        #: Where each indexed generation starts in `tokens`, and the generation.
-        self._starts: list[int] = []
-        self._indexed: list[_Doc] = []
-        self._size = 0
+class _Index:
+    """One generation of the memory: the generations remembered in it, one after another
+    in `tokens` (each after a separator), each token's tie, and where each `MIN_MATCH`
+    tokens end."""
+
+    def __init__(self) -> None:
         self.tokens: list[int] = []
         #: Each token's tie (`ANY` for context tokens and separators).
         self.ties: list[int] = []
-        self._at: dict[tuple[int, ...], list[int]] = {}
+        self.at: dict[tuple[int, ...], list[int]] = {}
+        #: Where each generation starts in `tokens`, and the generation.
+        self.starts: list[int] = []
+        self.docs: list[_Doc] = []
+        #: Tokens of the generations held (separators not counted).
+        self.size = 0
+
+    def add(self, entry: _Doc) -> None:
+        toks, at = self.tokens, self.at
+        toks.append(_SEP)
+        self.ties.append(ANY)
+        self.ties.extend(entry.ties)
+        self.starts.append(len(toks))
+        self.docs.append(entry)
+        self.size += len(entry.tokens)
+        for t in entry.tokens:
+            end = len(toks)
+            if end >= MIN_MATCH:
+                key = tuple(toks[end - MIN_MATCH : end])
+                if _SEP not in key:
+                    at.setdefault(key, []).append(end)
+            toks.append(t)
+
+    def doc_at(self, at: int) -> _Doc:
+        """The remembered generation that `tokens[at]` belongs to."""
+        return self.docs[bisect.bisect_right(self.starts, at) - 1]
+
+
+class Recall:
+    """The memory, in two generations of indexes (issue 47): what is remembered goes into
+    the newer; once it holds half of `max_tokens`, the older is forgotten whole and the
+    newer becomes the older. Forgetting the oldest answers one by one and indexing the
+    rest again took tens of milliseconds of the worker's time, holding Python's lock,
+    every few hundred requests."""
+
+    def __init__(self, max_tokens: int = RECALL_TOKENS) -> None:
+        self.max_tokens = max_tokens
+        #: The remembered generations by what they hold, to remember an answer given
+        #: again (with the same ties) only once.
+        self._seen: dict[tuple[bool, tuple[int, ...], tuple[int, ...]], _Doc] = {}
+        #: How many remembered greedy generations hold each context and output.
+        self._greedy_texts: Counter[tuple[int, ...]] = Counter()
+        self._new = _Index()
+        self._old = _Index()
 
     def __len__(self) -> int:
-        return self._size
+        return self._new.size + self._old.size
 
     def add(
         self,
@@ -130,39 +165,20 @@ class Recall:
         self._seen[key] = entry
         if greedy:
             self._greedy_texts[text] += 1
-        self._docs.append(entry)
-        self._size += len(doc)
-        if self._size > self.max_tokens:
-            while self._size > self.max_tokens // 2 and len(self._docs) > 1:
-                old = self._docs.popleft()
-                self._size -= len(old.tokens)
-                old_text = tuple(old.tokens)
-                del self._seen[(old.greedy, old_text, tuple(old.ties))]
-                if old.greedy:
-                    self._greedy_texts[old_text] -= 1
-            self._rebuild()
-        else:
-            self._index(entry)
+        if self._new.size and self._new.size + len(doc) > self.max_tokens // 2:
+            self._forget_old()
+            self._old, self._new = self._new, _Index()
+        self._new.add(entry)
+        if len(self) > self.max_tokens:  # a generation of one answer, longer than half
+            self._forget_old()
 
-    def _rebuild(self) -> None:
-        self.tokens, self.ties, self._at, self._starts, self._indexed = [], [], {}, [], []
-        for entry in self._docs:
-            self._index(entry)
-
-    def _index(self, entry: _Doc) -> None:
-        toks, at = self.tokens, self._at
-        toks.append(_SEP)
-        self.ties.append(ANY)
-        self.ties.extend(entry.ties)
-        self._starts.append(len(toks))
-        self._indexed.append(entry)
-        for t in entry.tokens:
-            end = len(toks)
-            if end >= MIN_MATCH:
-                key = tuple(toks[end - MIN_MATCH : end])
-                if _SEP not in key:
-                    at.setdefault(key, []).append(end)
-            toks.append(t)
+    def _forget_old(self) -> None:
+        for old in self._old.docs:
+            old_text = tuple(old.tokens)
+            del self._seen[(old.greedy, old_text, tuple(old.ties))]
+            if old.greedy:
+                self._greedy_texts[old_text] -= 1
+        self._old = _Index()
 
     def lookup(self, tail: Sequence[int], max_len: int) -> Recalled:
         """What followed the remembered occurrence of `tail`'s last tokens that matches
@@ -174,36 +190,39 @@ class Recall:
         n = len(tail)
         if max_len <= 0 or n < MIN_MATCH:
             return NOTHING
-        found = self._at.get(tuple(tail[n - MIN_MATCH :]))
-        if not found:
+        key = tuple(tail[n - MIN_MATCH :])
+        # The most recent occurrences first: the newer generation's, then the older's.
+        seen: list[tuple[_Index, int]] = []
+        for index in (self._new, self._old):
+            found = index.at.get(key)
+            room = RECALL_CANDIDATES - len(seen)
+            if found and room > 0:
+                seen.extend((index, at) for at in reversed(found[-room:]))
+        if not seen:
             return NOTHING
-        toks = self.tokens
-        best_at, best_len, best_sure = found[-1], 0, False
-        for at in reversed(found[-RECALL_CANDIDATES:]):
-            if best_len >= MAX_MATCH and (best_sure or not self._doc_at(at).confirmed):
+        (best, best_at), best_len, best_sure = seen[0], 0, False
+        for index, at in seen:
+            if best_len >= MAX_MATCH and (best_sure or not index.doc_at(at).confirmed):
                 if best_sure:
                     break  # none further back can match further
                 continue  # only a confirmed one could be preferred now
+            toks = index.tokens
             limit = min(MAX_MATCH, n, at)
             k = MIN_MATCH
             while k < limit and toks[at - k - 1] == tail[n - k - 1]:
                 k += 1
             if k > best_len:
-                best_at, best_len = at, k
-                best_sure = self._doc_at(at).confirmed
-            elif k == best_len and not best_sure and self._doc_at(at).confirmed:
-                best_at, best_sure = at, True  # an answer that came out twice the same
-        draft = toks[best_at : best_at + max_len]
+                best, best_at, best_len = index, at, k
+                best_sure = index.doc_at(at).confirmed
+            elif k == best_len and not best_sure and index.doc_at(at).confirmed:
+                best, best_at, best_sure = index, at, True  # an answer given twice the same
+        draft = best.tokens[best_at : best_at + max_len]
         if _SEP in draft:
             draft = draft[: draft.index(_SEP)]
         if not draft:
             return NOTHING
-        entry = self._doc_at(best_at)
+        entry = best.doc_at(best_at)
         if not entry.greedy:
             return Recalled(draft, best_len)
-        ties = self.ties[best_at : best_at + len(draft) + 1]
+        ties = best.ties[best_at : best_at + len(draft) + 1]
         return Recalled(draft, best_len, True, ties, entry.confirmed)
-
-    def _doc_at(self, at: int) -> _Doc:
-        """The remembered generation that `tokens[at]` belongs to."""
-        return self._indexed[bisect.bisect_right(self._starts, at) - 1]
