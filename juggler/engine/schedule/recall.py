@@ -4,12 +4,13 @@ speculative drafts beside each sequence's own tokens (`drafts.NgramIndex`). Pure
 Requests repeat across sequences: a client retries or regenerates, an agent asks the
 same tool question each turn, several users ask for the same record, a benchmark
 sends one prompt each round. A sequence's own index cannot see any of that: its
-tokens are its prompt and its own output. So each finished generation's output, with
-the `MAX_MATCH` tokens before it as context, is kept here: of the most recent, at most
+tokens are its prompt and its own output. So each finished generation's output, with the
+`MAX_MATCH` tokens before it as context, is kept here: of the most recent, at most
 `RECALL_TOKENS` tokens and at least half as many (`Recall`). A draft looks up the
-sequence's last tokens in both; the match that reaches further back wins (`speculation.Speculation.propose`), so a
-repeated answer is drafted from its earlier copy, while a sequence quoting its own
-document keeps drafting from the document. llama.cpp's `ngram-mod` keeps one hash
+sequence's last tokens in both; the match that reaches further back wins
+(`speculation.Speculation.propose`), so a repeated answer is drafted from its earlier
+copy, while a sequence quoting its own document keeps drafting from the document.
+llama.cpp's `ngram-mod` keeps one hash
 table of n-grams across all requests of a server for the same reason.
 
 Lookups never run across the end of one remembered generation into the next: each is
