@@ -10,8 +10,8 @@ tokens are its prompt and its own output. So each finished generation's output, 
 sequence's last tokens in both; the match that reaches further back wins
 (`speculation.Speculation.propose`), so a repeated answer is drafted from its earlier
 copy, while a sequence quoting its own document keeps drafting from the document.
-llama.cpp's `ngram-mod` keeps one hash
-table of n-grams across all requests of a server for the same reason.
+llama.cpp's `ngram-mod` keeps one hash table of n-grams across all requests of a server
+for the same reason.
 
 Lookups never run across the end of one remembered generation into the next: each is
 stored after a separator that no token equals.
