@@ -48,6 +48,14 @@ def slots_of(text: str) -> list[str]:
     return SLOT_RE.findall(text)
 
 
+def without_images(text: str) -> tuple[str, int]:
+    """A message's text less its image slots, and how many there were: what its text
+    costs is not its images' URLs (a data URL is tens of thousands of characters)."""
+    if IMAGE_SLOT not in text:
+        return text, 0
+    return SLOT_RE.subn("", text)
+
+
 def part_url(part: dict[str, Any]) -> Any:
     """The URL of an image part: OpenAI chat's `image_url.url` (or a bare string, as
     the Responses API writes `image_url`)."""

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from juggler.api import media
 from juggler.api.openai import ChatMessage
 from juggler.api.structured import FunctionCall, ToolCall
 from juggler.engine.http.response_fit import fit_turns
@@ -89,3 +90,37 @@ def test_the_bounded_search_agrees_with_trying_every_suffix(limit: int) -> None:
         return
     assert fit_turns(turns, t.tokens, limit, t.cost) == longest(turns, t, limit)
     assert fit_turns(turns, t.tokens, limit) == longest(turns, t, limit)
+
+
+def test_an_image_costs_its_tokens_not_its_urls_characters() -> None:
+    """Images are slots in a message's text (`api.media`) whose URL may be a data URL of
+    tens of thousands of characters; the model counts an image by its own tokens. The
+    bound that cuts what can never fit counted the URL's characters as text, so an
+    older item with an image was dropped though it fitted."""
+    picture = "data:image/png;base64," + "A" * 40_000
+
+    def tokens(kept: Sequence[ChatMessage]) -> int:  # an image: 50 tokens
+        total = 2
+        for m in kept:
+            text, images = media.without_images(m.text())
+            total += 3 + len(text) + 50 * images
+        return total
+
+    def cost(m: ChatMessage) -> int:
+        text, images = media.without_images(m.text())
+        return len(text) + images
+
+    shown = [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": picture}},
+    ]
+    turns = [
+        ChatMessage(role="user", content="x" * 500),
+        ChatMessage(role="user", content=shown),
+        ChatMessage(role="assistant", content="a cat"),
+        ChatMessage(role="user", content="and its colour?"),
+    ]
+    assert media.without_images(turns[1].text()) == ("what is this?", 1)
+    kept = fit_turns(turns, tokens, 200, cost)
+    assert kept == turns[1:]  # the image's message fits: 3 + 13 + 50 tokens
+    assert fit_turns(turns, tokens, 200) == turns[1:]

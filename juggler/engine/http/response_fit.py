@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from juggler.api import media
 from juggler.api.embeddings import MAX_CHARS_PER_TOKEN
 from juggler.api.openai import ChatMessage
 from juggler.errors import ContextOverflow
@@ -41,11 +42,13 @@ def _start(turns: Sequence[ChatMessage], first: int) -> int:
 
 
 def min_tokens(item: ChatMessage) -> int:
-    """A lower bound on the tokens an item takes in any prompt."""
-    chars = len(item.text()) + sum(
+    """A lower bound on the tokens an item takes in any prompt: one, one per image (not
+    its URL's characters), and its text at `MAX_CHARS_PER_TOKEN`."""
+    text, images = media.without_images(item.text())
+    chars = len(text) + sum(
         len(c.function.name) + len(c.function.arguments) for c in item.tool_calls or ()
     )
-    return 1 + chars // MAX_CHARS_PER_TOKEN
+    return 1 + images + chars // MAX_CHARS_PER_TOKEN
 
 
 def _never_fit(turns: Sequence[ChatMessage], limit: int) -> int:

@@ -19,6 +19,7 @@ from fastapi import Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from juggler.api import media
 from juggler.api.openai import ChatMessage, SamplingBody
 from juggler.api.responses import ResponsesRequest
 from juggler.engine.http.choices import Choice, chat_logprobs
@@ -115,7 +116,8 @@ def fitted(
 
     def cost(item: ChatMessage) -> int:  # its own text's tokens (issue 52: counted once)
         calls = "".join(c.function.name + c.function.arguments for c in item.tool_calls or ())
-        return len(engine.model.tokenize(item.text() + calls, add_special=False))
+        text, images = media.without_images(item.text())  # an image: at least a token
+        return len(engine.model.tokenize(text + calls, add_special=False)) + images
 
     limit = engine.config.flags.ctx_size - reserve
     return fit_turns(turns, tokens, max(limit, 1), cost)
