@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import jinja2
@@ -34,9 +33,9 @@ from juggler.engine.http.choices import (
 )
 from juggler.engine.http.requests import adapter_ref, choice_params, format_grammar, sampling_params
 from juggler.engine.http.streaming import (
-    batches,
     collect,
     ensure_connected,
+    event_frames,
     sse_response,
     unless_gone,
 )
@@ -240,32 +239,18 @@ async def chat(
             out.append(sse.data(last))
         return out
 
-    async def frames() -> AsyncIterator[bytes]:
-        yield b"".join(sse.data(chunk(c, {"role": "assistant", "content": ""})) for c in choices)
-        stats: list[RequestStats | None] = [None] * n
-        async for batch in batches(sinks):
-            out: list[bytes] = []
-            for i, ev in batch:
-                if ev.kind is EventKind.ERROR:
-                    assert ev.error is not None
-                    if out:
-                        yield b"".join(out)
-                    raise ev.error
-                out += frames_of(choices[i], ev)
-                if ev.kind is EventKind.DONE:
-                    stats[i] = ev.stats
-            if out:
-                yield b"".join(out)
-        tail = []
-        if body.include_usage:
-            use = shape.choices_usage(stats)
-            if think.reasons:
-                use = with_reasoning(use, engine.model.tokenize, (c.reasoning for c in choices))
-            kind = "chat.completion.chunk"
-            tail.append(sse.data(shape.usage_chunk(rid, name, created, kind, use)))
-        yield b"".join([*tail, sse.DONE])
+    def tail(stats: list[RequestStats | None]) -> bytes:
+        if not body.include_usage:
+            return sse.DONE
+        use = shape.choices_usage(stats)
+        if think.reasons:
+            use = with_reasoning(use, engine.model.tokenize, (c.reasoning for c in choices))
+        kind = "chat.completion.chunk"
+        return sse.data(shape.usage_chunk(rid, name, created, kind, use)) + sse.DONE
 
-    return sse_response(frames(), sinks)
+    head = b"".join(sse.data(chunk(c, {"role": "assistant", "content": ""})) for c in choices)
+    body_frames = event_frames(sinks, lambda i, ev: frames_of(choices[i], ev), tail, head)
+    return sse_response(body_frames, sinks)
 
 
 async def completions(
@@ -323,27 +308,17 @@ async def completions(
             shape.completion_chunk(rid, name, created, ev.text, finish, index=i, logprobs=logprobs)
         )
 
-    async def frames() -> AsyncIterator[bytes]:
-        stats: list[RequestStats | None] = [None] * n
-        offsets = [0] * n
-        async for batch in batches(sinks):
-            out: list[bytes] = []
-            for i, ev in batch:
-                if ev.kind is EventKind.ERROR:
-                    assert ev.error is not None
-                    if out:
-                        yield b"".join(out)
-                    raise ev.error
-                if ev.text or ev.kind is EventKind.DONE or ev.logprobs:
-                    out.append(frame_of(i, ev, offsets))
-                if ev.kind is EventKind.DONE:
-                    stats[i] = ev.stats
-            if out:
-                yield b"".join(out)
-        tail = []
-        if body.include_usage:
-            use = shape.choices_usage(stats)
-            tail.append(sse.data(shape.usage_chunk(rid, name, created, "text_completion", use)))
-        yield b"".join([*tail, sse.DONE])
+    offsets = [0] * n
 
-    return sse_response(frames(), sinks)
+    def frames_of(i: int, ev: StreamEvent) -> list[bytes]:
+        if ev.text or ev.kind is EventKind.DONE or ev.logprobs:
+            return [frame_of(i, ev, offsets)]
+        return []
+
+    def tail(stats: list[RequestStats | None]) -> bytes:
+        if not body.include_usage:
+            return sse.DONE
+        use = shape.choices_usage(stats)
+        return sse.data(shape.usage_chunk(rid, name, created, "text_completion", use)) + sse.DONE
+
+    return sse_response(event_frames(sinks, frames_of, tail), sinks)

@@ -114,6 +114,36 @@ async def batches(sinks: Sequence[StreamSink]) -> AsyncIterator[Batch]:
                 await t
 
 
+async def event_frames(
+    sinks: Sequence[StreamSink],
+    frames_of: Callable[[int, StreamEvent], list[bytes]],
+    tail: Callable[[list[RequestStats | None]], bytes],
+    head: bytes = b"",
+) -> AsyncIterator[bytes]:
+    """An SSE body over every choice's events: `head`, then the frames of each token or
+    final event (`frames_of`, given the choice's index), those of the events that arrived
+    together in one write, then `tail` of each choice's final stats. An error event ends
+    it: the frames before it are written, and the error raised (`sse_response` writes it
+    as the stream's last event)."""
+    if head:
+        yield head
+    stats: list[RequestStats | None] = [None] * len(sinks)
+    async for batch in batches(sinks):
+        out: list[bytes] = []
+        for i, ev in batch:
+            if ev.kind is EventKind.ERROR:
+                assert ev.error is not None
+                if out:
+                    yield b"".join(out)
+                raise ev.error
+            out += frames_of(i, ev)
+            if ev.kind is EventKind.DONE:
+                stats[i] = ev.stats
+        if out:
+            yield b"".join(out)
+    yield tail(stats)
+
+
 async def merged(sinks: Sequence[StreamSink]) -> AsyncIterator[tuple[int, StreamEvent]]:
     """(choice index, event) for every event of every sink, in arrival order, until each
     sink has sent its final event."""
