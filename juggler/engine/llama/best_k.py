@@ -81,9 +81,8 @@ class BestK:
         # The threshold guess (see top_k.py): the GUESS-th best of every STRIDE-th logit
         # holds about GUESS * STRIDE tokens; twice k at least.
         self.guess = GUESS if k * 2 <= GUESS * STRIDE else WIDER
-        #: The compiled draw's spec (and a reference to pass it by), and the chain it was
-        #: set for (`draw`).
-        self._spec: DrawSpec | None = None
+        #: A reference to the compiled draw's spec (it holds the spec), and the chain it
+        #: was set for (`draw`).
         self._spec_ref: Any = None
         self._spec_chain: Any = None
 
@@ -112,8 +111,7 @@ class BestK:
         the compiled draw where it was built, else four."""
         if self.drawer is not None:
             if self._spec_chain is not chain:
-                self._spec = self._spec_for(chain)
-                self._spec_ref, self._spec_chain = ctypes.byref(self._spec), chain
+                self._spec_ref, self._spec_chain = ctypes.byref(self._spec_for(chain)), chain
             token: int = self.drawer(self._spec_ref, row)
             if token == -1:
                 raise EngineError(f"llama.cpp returned no logits for batch row {row}")

@@ -41,22 +41,25 @@ def _library() -> ctypes.CDLL | None:
         return None
 
 
+def _function(name: str, argtypes: list[Any], restype: Any) -> Any | None:
+    """The library's function `name` with its signature, or None where the library was
+    not built or predates it."""
+    lib = _library()
+    fn = getattr(lib, name, None) if lib is not None else None
+    if fn is None:
+        if lib is not None:
+            log.info("%s has no %s (make install rebuilds it)", library_path(), name)
+        return None
+    fn.argtypes, fn.restype = argtypes, restype
+    return fn
+
+
 @functools.cache
 def native_top_k() -> Any | None:
     """`juggler_top_k(row, n, k, banned, stride, guess, out) -> found` (see top_k.c),
     or None when the library was not built (then numpy finds the candidates)."""
-    lib = _library()
-    try:
-        fn = lib.juggler_top_k if lib is not None else None
-    except AttributeError as exc:
-        log.warning("%s has no top-k (%s): top-k in numpy", library_path(), exc)
-        return None
-    if fn is None:
-        return None
     p, i = ctypes.c_void_p, ctypes.c_int
-    fn.argtypes = [p, i, i, p, i, i, p]
-    fn.restype = i
-    return fn
+    return _function("juggler_top_k", [p, i, i, p, i, i, p], i)
 
 
 class DrawSpec(ctypes.Structure):
@@ -82,14 +85,4 @@ def native_draw() -> Any | None:
     """`juggler_draw(spec, row) -> token` (see top_k.c: the k best of a row, the chain
     applied, its choice accepted, in one call), or None where the library was not built
     or predates it (then `best_k.BestK.draw` makes the four calls itself)."""
-    lib = _library()
-    try:
-        fn = lib.juggler_draw if lib is not None else None
-    except AttributeError:
-        log.info("%s predates juggler_draw (make install rebuilds it)", library_path())
-        return None
-    if fn is None:
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-    fn.restype = ctypes.c_int32
-    return fn
+    return _function("juggler_draw", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32)

@@ -219,7 +219,9 @@ class Decoder:
             if s.generation is None or s.generation.num_generated == 0:
                 s.num_prefilled += n - num_drafts
         gens = self.gens
-        counted = len(rows) > 1 and gens.count_next_rows()
+        counted = len(rows) > 1
+        if counted:
+            gens.count_next_rows()
         try:
             for s, row in rows:
                 try:

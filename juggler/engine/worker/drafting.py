@@ -70,12 +70,11 @@ class Drafting:
             self.cost = self._costs.pop(n) if n in self._costs else DecodeCost()
         self.cost_threads = n
 
-    def count_next_rows(self) -> bool:
+    def count_next_rows(self) -> None:
         """The rows of a decode of several sequences are about to be handled, one after
         another: the next decode's rows are counted once now (`next_rows`) and kept as
         each is `handled`, until `forget_next_rows`."""
         self._next_rows = NextRows(self.kv.table.running())
-        return True
 
     def handled(self, s: Session) -> None:
         if self._next_rows is not None:

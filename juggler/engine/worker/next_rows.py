@@ -45,6 +45,7 @@ class NextRows:
         self._kept: dict[int, float] = {}
         self.rows = 0
         self.cells = 0
+        self.kept = 0.0
         for s in running:
             self.record(s)
 
@@ -55,7 +56,9 @@ class NextRows:
         if old is not None:
             self.rows -= old[0]
             self.cells -= old[1]
-        self._kept.pop(key, None)
+        self.kept -= self._kept.pop(key, 0.0)
+        if not self._kept:
+            self.kept = 0.0  # no rounding left over from what was taken away
         if s.generation is None:
             return
         rows, cells, kept = _share(s)
@@ -64,6 +67,7 @@ class NextRows:
         self.cells += cells
         if kept:
             self._kept[key] = kept
+            self.kept += kept
 
     def seen_by(self, s: Session) -> Seen:
         """The sums with `s`'s own share replaced by its pending rows now (its sampled
@@ -73,7 +77,7 @@ class NextRows:
         num_seqs = len(self._shares) + (own is None)
         own = own or (0, 0)
         n = len(s.pending)
-        others = sum(v for k, v in self._kept.items() if k != key) + _share(s)[2]
+        others = self.kept - self._kept.get(key, 0.0) + _share(s)[2]
         return Seen(num_seqs, self.rows - own[0] + n, self.cells - own[1] + n * s.n_past, others)
 
 
