@@ -514,7 +514,7 @@ def test_a_decode_run_with_a_thread_count_on_trial_does_not_price_drafts() -> No
             self.trials = 0
             self.n = 0
 
-        def choose(self, n_max: int, rows: int) -> int:
+        def choose(self, n_max: int, rows: int, streamed: bool = False) -> int:
             self.n += 1
             self.trial = self.n % 2 == 0
             self.trials += self.trial
@@ -565,7 +565,7 @@ def test_the_worker_times_each_decode_in_its_thread_counts_table() -> None:
             super().__init__()
             self.n = 0
 
-        def choose(self, n_max: int, rows: int) -> int:
+        def choose(self, n_max: int, rows: int, streamed: bool = False) -> int:
             self.n += 1
             self.trial = False
             return 1 if self.n <= 6 else 2

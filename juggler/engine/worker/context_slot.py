@@ -52,8 +52,10 @@ class ContextSlot:
         threads: Callable[[], int] | None = None,
         *,
         tune: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._make = make
+        self._clock = clock
         #: Asked before every decode: the thread count the compute plan gives now.
         self._threads = threads
         #: With `tune`, each decode runs with the count of those that measured fastest.
@@ -70,6 +72,9 @@ class ContextSlot:
         self._n_ctx: int = self.ensure().n_ctx
         #: The thread count of the last decode.
         self.last_threads = 0
+        #: The last tuned decode not yet reported to the tuner: its threads, rows, start
+        #: and end (`perf_counter`). Its time is the cycle up to the next decode's start.
+        self._open: tuple[int, int, float, float] | None = None
 
     # -- the slot's own --------------------------------------------------------------
     @property
@@ -111,21 +116,41 @@ class ContextSlot:
         one it chose (`ThreadTuner.trial`): its time is not what decodes cost."""
         return self.tuner is not None and self.tuner.trial
 
-    def decode(self, batch: TokenBatch) -> int:
+    def decode(self, batch: TokenBatch, *, streamed: bool = False) -> int:
+        """Decode `batch`. With the tuner, at the thread count it chooses for the batch's
+        rows, `streamed` or not (see `ThreadTuner`), and tell it what that cost: a
+        streamed decode its own time, another the cycle from its start to the next
+        decode's start (`settle` when none follows at once)."""
         ctx = self.ensure()
         if self._threads is None:  # as the context was made: `last_threads` stays 0
             return ctx.decode(batch)
-        if self.tuner is None:
+        tuner = self.tuner
+        if tuner is None:
             self.last_threads = self._threads()
             ctx.set_threads(self.last_threads)
             return ctx.decode(batch)
+        t0 = self._clock()
+        if self._open is not None:
+            n0, rows0, start, _ = self._open
+            self._open = None
+            tuner.observe(n0, rows0, t0 - start)
         rows = batch.n_tokens
-        n = self.last_threads = self.tuner.choose(self._threads(), rows)
+        n = self.last_threads = tuner.choose(self._threads(), rows, streamed)
         ctx.set_threads(n)
-        t0 = time.perf_counter()
         rc = ctx.decode(batch)
-        self.tuner.observe(n, rows, time.perf_counter() - t0)
+        if streamed:
+            tuner.observe(n, rows, self._clock() - t0, streamed=True)
+        else:
+            self._open = (n, rows, t0, self._clock())
         return rc
+
+    def settle(self) -> None:
+        """The worker is about to wait for work: the last decode is reported with its
+        own time, as no next decode follows it at once (a wait is not its cost)."""
+        if self._open is not None and self.tuner is not None:
+            n, rows, start, end = self._open
+            self.tuner.observe(n, rows, end - start)
+        self._open = None
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         return self.ensure().seq_rm(seq_id, p0, p1)

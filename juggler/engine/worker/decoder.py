@@ -179,7 +179,7 @@ class Decoder:
         """Fill the batch with `chunks`, decode, and post-process; False if it failed."""
         rows = self._fill(chunks, by_seq)
         t0 = time.perf_counter()
-        rc = self.ctx.decode(self.batch)
+        rc = self.ctx.decode(self.batch, streamed=_streams(chunks, by_seq))
         took = time.perf_counter() - t0
         self.num_decodes += 1
         self.decode_s += took
@@ -299,3 +299,13 @@ class Decoder:
                         f"llama_decode failed ({rc}): no room in the KV cache for this batch"
                     ),
                 )
+
+
+def _streams(chunks: tuple[Chunk, ...], by_seq: dict[int, Session]) -> bool:
+    """Whether a decode of `chunks` serves a streamed answer (its tokens go out as they
+    come: the event loop, the router and the client work beside the next decode)."""
+    for c in chunks:
+        g = by_seq[c.key].generation
+        if g is not None and g.sink.incremental:
+            return True
+    return False

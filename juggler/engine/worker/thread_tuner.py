@@ -26,6 +26,20 @@ streamed client, backend direct): with a try every 64 decodes the helper spun a 
 a core and the stream ran at 1,640-1,670 tokens a second, 1,760-1,800 with these waits.
 (With one thread fixed, 1,900-2,030: when one and two threads decode a row about as
 fast, noise still flips the choice for a while, and each flip listens closely again.)
+What a decode costs is what the worker reports (`ContextSlot.decode`): for an
+unstreamed answer, the cycle from the decode's start to the next one's, so that the
+sampling and bookkeeping between decodes count, and the helper threads spinning through
+them; for a streamed one, the decode's own time, kept apart (`key_of`): a streamed
+token's host work (the event loop writing it, the router relaying it, the client reading
+it) runs beside the next decode on the cores its threads would use, so the two kinds
+choose apart. Measured on 2 cores, host-bound model, one client through the router: two
+threads' cycles 320-340 us against one thread's 400-420 unstreamed; streamed, two
+threads' cycles read 330 us at first and 520-550 once the router and the client fell
+behind, so the worker's own clock cannot judge a streamed cycle, and its decodes took
+507 us with two threads against 381 with one.
+A try's first `WARM_UP` decodes are left out: they wake its threads (a try of two after
+a stretch of one took 430-560 us, then 320-340), and judged by them two threads never won.
+
 A decode run with another count than the chosen one (the first decodes of a size, a
 try, a retry) is a *trial* (`trial` says whether the last `choose` was one): its time
 says nothing of what a decode of that size costs from now on, and the worker's cost
@@ -42,8 +56,10 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-#: Decodes of one size and thread count whose median decides.
-WINDOW = 5
+#: Decodes of one size and thread count whose median decides. The first decodes of each
+#: request are slow whatever the count (a lone client on 2 cores: 600, 500, 450 us, then
+#: 330-410), and with a window of 5 those three flipped the choice at every request.
+WINDOW = 15
 #: Decodes of one size between two tries of another thread count.
 EXPLORE_EVERY = 64
 #: The most decodes of one size between two tries, once tries keep losing.
@@ -52,6 +68,8 @@ MAX_EXPLORE_EVERY = 512
 MORE_THREADS_GAIN = 0.1
 #: Decodes a count needs before its median is trusted.
 MIN_SAMPLES = 3
+#: A try's first decodes, left out: they wake the count's threads (see `observe`).
+WARM_UP = 3
 
 
 def candidates(n_max: int) -> tuple[int, ...]:
@@ -62,6 +80,11 @@ def candidates(n_max: int) -> tuple[int, ...]:
 def size_of(rows: int) -> int:
     """The size class of a decode of `rows` rows (1, 2-3, 4-7, ... 512 and more)."""
     return min(max(rows, 1), 512).bit_length()
+
+
+def key_of(rows: int, streamed: bool) -> int:
+    """What a decode's times are kept by: its size, and whether it serves a stream."""
+    return 2 * size_of(rows) + streamed
 
 
 @dataclass
@@ -93,15 +116,19 @@ class ThreadTuner:
     next_try: dict[int, int] = field(default_factory=dict)
     #: Whether the count the last `choose` gave is a trial, not the chosen one.
     trial: bool = False
+    #: The thread count of the last decode observed.
+    last_threads: int = 0
+    #: Per size: the decodes of the try under way left out so far (`WARM_UP`).
+    warming: dict[int, int] = field(default_factory=dict)
 
-    def choose(self, n_max: int, rows: int) -> int:
+    def choose(self, n_max: int, rows: int, streamed: bool = False) -> int:
         """The thread count for a decode of `rows` rows with at most `n_max` threads."""
         self.trial = True
         options = candidates(n_max)
         if len(options) == 1:
             self.trial = False
             return options[0]
-        size = size_of(rows)
+        size = key_of(rows, streamed)
         seen = [self.stats.get((size, n), _Stat()) for n in options]
         # Each count is heard first, the most threads first: where a decode is big they
         # win, and a new size's first decodes (a longer prompt's) are not run slowly.
@@ -134,13 +161,20 @@ class ThreadTuner:
                 best, best_s = n, stat.median_s
         return best
 
-    def observe(self, threads: int, rows: int, seconds: float) -> None:
+    def observe(self, threads: int, rows: int, seconds: float, streamed: bool = False) -> None:
         """A decode of `rows` rows took `seconds` with `threads` threads."""
-        size = size_of(rows)
+        size = key_of(rows, streamed)
         self.decodes[size] = self.decodes.get(size, 0) + 1
+        switched, self.last_threads = threads != self.last_threads, threads
+        best = self.chosen.get(size)
+        warmed = self.warming.get(size, 0)
+        if best is not None and threads != best and (switched or warmed) and warmed < WARM_UP:
+            self.warming[size] = warmed + 1  # the try wakes its threads: try again
+            self.retry[size] = threads
+            return
+        self.warming.pop(size, None)
         stat = self.stats.setdefault((size, threads), _Stat())
         stat.add(seconds)
-        best = self.chosen.get(size)
         if best is None or threads == best:
             return
         best_stat = self.stats.get((size, best))

@@ -265,6 +265,7 @@ class Worker(OwnerThread):
         while True:
             if timeout:  # about to block: never sleep on undelivered replies
                 self.outbox.flush()
+                self.ctx.settle()
             cmd = self._next_command(timeout)
             if isinstance(cmd, Recheck):  # another worker decodes: look again now
                 if waiting_idle and self.governor is not None:
