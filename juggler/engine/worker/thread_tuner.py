@@ -37,8 +37,13 @@ threads' cycles 320-340 us against one thread's 400-420 unstreamed; streamed, tw
 threads' cycles read 330 us at first and 520-550 once the router and the client fell
 behind, so the worker's own clock cannot judge a streamed cycle, and its decodes took
 507 us with two threads against 381 with one.
-A try's first `WARM_UP` decodes are left out: they wake its threads (a try of two after
-a stretch of one took 430-560 us, then 320-340), and judged by them two threads never won.
+An unstreamed try's first `WARM_UP` decodes are left out: they wake its threads (a try
+of two after a stretch of one took 430-560 us, then 320-340), and judged by them two
+threads never won. A streamed try is judged by its first decode: between a stream's
+decodes its host work takes the cores, so each of its decodes wakes the helper again,
+and judged warm, two threads were chosen more often and the stream lost
+(`bench/bench_host.py --levels 1 --modes sse`: 0.92x, the backend's CPU a token 647 ->
+791 us).
 
 A decode run with another count than the chosen one (the first decodes of a size, a
 try, a retry) is a *trial* (`trial` says whether the last `choose` was one): its time
@@ -68,7 +73,7 @@ MAX_EXPLORE_EVERY = 512
 MORE_THREADS_GAIN = 0.1
 #: Decodes a count needs before its median is trusted.
 MIN_SAMPLES = 3
-#: A try's first decodes, left out: they wake the count's threads (see `observe`).
+#: An unstreamed try's first decodes, left out: they wake its threads (module doc).
 WARM_UP = 3
 
 
@@ -168,7 +173,8 @@ class ThreadTuner:
         switched, self.last_threads = threads != self.last_threads, threads
         best = self.chosen.get(size)
         warmed = self.warming.get(size, 0)
-        if best is not None and threads != best and (switched or warmed) and warmed < WARM_UP:
+        warm_up = 0 if streamed else WARM_UP
+        if best is not None and threads != best and (switched or warmed) and warmed < warm_up:
             self.warming[size] = warmed + 1  # the try wakes its threads: try again
             self.retry[size] = threads
             return
