@@ -243,3 +243,28 @@ def test_an_unstreamed_decode_costs_its_cycle_and_a_streamed_one_its_own_time() 
     slot.decode(one)  # type: ignore[arg-type]
     slot.settle()
     assert seen[-2:] == [(1, 0.001, True), (1, 0.001, False)]
+
+
+def test_a_streamed_try_is_judged_by_its_first_decode() -> None:
+    """Between a stream's decodes its host work (the event loop, the router, the client)
+    takes the cores, so each streamed decode with two threads wakes the helper again:
+    the first decode of a try is what every one costs. A streamed try is one decode;
+    judged warm, two threads were chosen more often and a lone stream lost."""
+    tuner = ThreadTuner()
+    chosen = run_streamed(tuner, {1: 0.00038, 2: 0.0005}, 4 * MAX_EXPLORE_EVERY)
+    tries = starts(chosen, 2, after=2 * MIN_SAMPLES)
+    assert len(tries) >= 4
+    assert all(chosen[i : i + 2] == [2, 1] for i in tries[:-1])  # one decode each
+    unstreamed = ThreadTuner()
+    chosen = run(unstreamed, 2, 1, {1: 0.00038, 2: 0.0005}, 4 * MAX_EXPLORE_EVERY)
+    tries = starts(chosen, 2, after=2 * MIN_SAMPLES)
+    assert all(chosen[i : i + WARM_UP + 2] == [2] * (WARM_UP + 1) + [1] for i in tries[:-1])
+
+
+def run_streamed(tuner: ThreadTuner, cost: dict[int, float], n: int) -> list[int]:
+    chosen = []
+    for _ in range(n):
+        t = tuner.choose(2, 1, streamed=True)
+        chosen.append(t)
+        tuner.observe(t, 1, cost[t], streamed=True)
+    return chosen
