@@ -33,9 +33,7 @@ def run(tuner: ThreadTuner, n_max: int, rows: int, cost: dict[int, float], n: in
 
 def starts(chosen: list[int], n: int, after: int) -> list[int]:
     """Where each run of `n` threads in `chosen` begins, past index `after`."""
-    return [
-        i for i, t in enumerate(chosen) if t == n and i > after and chosen[i - 1] != n
-    ]
+    return [i for i, t in enumerate(chosen) if t == n and i > after and chosen[i - 1] != n]
 
 
 def test_the_counts_tried_are_all_half_and_one() -> None:
