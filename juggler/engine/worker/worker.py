@@ -241,8 +241,7 @@ class Worker(OwnerThread):
         request ended never reaches the loop before that request's `RequestDone` (whose
         stats /metrics reads beside it), so no scrape sees one without the other (a
         scrape did: no request running, and the first-token histogram one short)."""
-        snap = take_snapshot(self)
-        self.own_snapshot = snap
+        self.own_snapshot = snap = take_snapshot(self)
         self.outbox.call(self._show, snap)
 
     def _show(self, snap: WorkerSnapshot) -> None:
