@@ -57,7 +57,7 @@ Pure: the worker feeds it each decode's time (`observe`); owned by the worker th
 
 from __future__ import annotations
 
-import statistics
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -77,6 +77,7 @@ MIN_SAMPLES = 3
 WARM_UP = 3
 
 
+@functools.cache
 def candidates(n_max: int) -> tuple[int, ...]:
     """The thread counts tried under a limit of `n_max`: all, half, one."""
     return tuple(sorted({max(1, n_max), max(1, n_max // 2), 1}))
@@ -103,7 +104,13 @@ class _Stat:
     def add(self, seconds: float) -> None:
         self.times.append(seconds)
         self.samples += 1
-        self.median_s = statistics.median(self.times)
+        ordered = sorted(self.times)
+        mid = len(ordered) // 2
+        self.median_s = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+#: What `choose` reads for a count not heard yet (never written).
+_UNHEARD = _Stat()
 
 
 @dataclass
@@ -134,7 +141,7 @@ class ThreadTuner:
             self.trial = False
             return options[0]
         size = key_of(rows, streamed)
-        seen = [self.stats.get((size, n), _Stat()) for n in options]
+        seen = [self.stats.get((size, n), _UNHEARD) for n in options]
         # Each count is heard first, the most threads first: where a decode is big they
         # win, and a new size's first decodes (a longer prompt's) are not run slowly.
         for n, stat in zip(reversed(options), reversed(seen), strict=True):
@@ -179,7 +186,9 @@ class ThreadTuner:
             self.retry[size] = threads
             return
         self.warming.pop(size, None)
-        stat = self.stats.setdefault((size, threads), _Stat())
+        stat = self.stats.get((size, threads))
+        if stat is None:
+            stat = self.stats[(size, threads)] = _Stat()
         stat.add(seconds)
         if best is None or threads == best:
             return
