@@ -130,10 +130,7 @@ class ContextSlot:
             ctx.set_threads(self.last_threads)
             return ctx.decode(batch)
         t0 = self._clock()
-        if self._open is not None:
-            n0, rows0, start, _ = self._open
-            self._open = None
-            tuner.observe(n0, rows0, t0 - start)
+        self._report_open(t0)
         rows = batch.n_tokens
         n = self.last_threads = tuner.choose(self._threads(), rows, streamed)
         ctx.set_threads(n)
@@ -147,10 +144,16 @@ class ContextSlot:
     def settle(self) -> None:
         """The worker is about to wait for work: the last decode is reported with its
         own time, as no next decode follows it at once (a wait is not its cost)."""
-        if self._open is not None and self.tuner is not None:
-            n, rows, start, end = self._open
-            self.tuner.observe(n, rows, end - start)
+        self._report_open(None)
+
+    def _report_open(self, until: float | None) -> None:
+        """Tell the tuner what the open decode cost: up to `until` (the next decode's
+        start), or its own time (None)."""
+        if self._open is None or self.tuner is None:
+            return
+        n, rows, start, end = self._open
         self._open = None
+        self.tuner.observe(n, rows, (end if until is None else until) - start)
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         return self.ensure().seq_rm(seq_id, p0, p1)

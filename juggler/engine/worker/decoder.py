@@ -179,7 +179,8 @@ class Decoder:
         """Fill the batch with `chunks`, decode, and post-process; False if it failed."""
         rows = self._fill(chunks, by_seq)
         t0 = time.perf_counter()
-        rc = self.ctx.decode(self.batch, streamed=_streams(chunks, by_seq))
+        streamed = self.ctx.tuner is not None and _streams(chunks, by_seq)  # tuner's only
+        rc = self.ctx.decode(self.batch, streamed=streamed)
         took = time.perf_counter() - t0
         self.num_decodes += 1
         self.decode_s += took

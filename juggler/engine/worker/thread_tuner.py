@@ -185,7 +185,8 @@ class ThreadTuner:
             self.warming[size] = warmed + 1  # the try wakes its threads: try again
             self.retry[size] = threads
             return
-        self.warming.pop(size, None)
+        if warmed:
+            del self.warming[size]
         stat = self.stats.get((size, threads))
         if stat is None:
             stat = self.stats[(size, threads)] = _Stat()
