@@ -30,6 +30,7 @@ baseline` (with `--baseline DIR`) profiles the other checkout instead.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -167,7 +168,13 @@ def start_direct(model: Path, parallel: int, ctx: int, extra: str = "") -> Syste
 
 
 def bodies(
-    level: int, n_new: int, stream: bool, model_field: str, rng: random.Random, target: int
+    level: int,
+    n_new: int,
+    stream: bool,
+    model_field: str,
+    rng: random.Random,
+    target: int,
+    sampling: dict[str, Any] | None = None,
 ) -> list[list[dict[str, Any]]]:
     per_stream = max(2, math.ceil(target / (level * n_new)))
     out = []
@@ -183,6 +190,7 @@ def bodies(
                 "top_k": 40,
                 "top_p": 0.95,
                 "min_p": 0.05,
+                **(sampling or {}),
             }
             if stream:
                 body["stream"] = True
@@ -205,9 +213,17 @@ class Measured:
     tokens: int = 0
 
 
-def burst(system: System, level: int, n_new: int, stream: bool, seed: int, target: int) -> Measured:
+def burst(
+    system: System,
+    level: int,
+    n_new: int,
+    stream: bool,
+    seed: int,
+    target: int,
+    sampling: dict[str, Any] | None = None,
+) -> Measured:
     rng = random.Random(seed)
-    work = bodies(level, n_new, stream, system.model_field, rng, target)
+    work = bodies(level, n_new, stream, system.model_field, rng, target, sampling)
     before = {k: cpu_seconds(p) for k, p in system.pids.items()}
     mine = own_cpu_s()
     result = run_burst(system.url, "/v1/completions", work)
@@ -320,6 +336,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--levels", default="1,8,32,64")
     ap.add_argument("--new", type=int, default=64, help="tokens a request")
+    ap.add_argument(
+        "--sampling",
+        type=json.loads,
+        default=None,
+        help="JSON merged into every request body, e.g. '{\"temperature\": 0}' or "
+        "'{\"repeat_penalty\": 1.1}' (default: T=0.8, top_k 40, top_p 0.95, min_p 0.05)",
+    )
     ap.add_argument("--modes", default="plain,sse")
     ap.add_argument("--direct", action="store_true", help="also the backend without the router")
     ap.add_argument("--no-llama", action="store_true", help="leave llama-server out")
@@ -392,7 +415,9 @@ def main() -> None:
                     seed = rnd * 1000 + level
                     line = []
                     for s in order:
-                        m = burst(s, level, args.new, mode == "sse", seed, args.target)
+                        m = burst(
+                            s, level, args.new, mode == "sse", seed, args.target, args.sampling
+                        )
                         tps.setdefault((s.name, level, mode), []).append(m.tps)
                         cpu.setdefault((s.name, level, mode), []).append(m.cpu_us)
                         line.append(f"{s.name} {m.tps:7.0f}")

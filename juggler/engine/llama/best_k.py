@@ -21,7 +21,13 @@ import numpy as np
 
 from juggler.engine.llama.native_context import Context
 from juggler.engine.llama.top_k import GUESS, STRIDE, WIDER, top_candidates
-from juggler.engine.llama.top_k_native import DrawSpec, native_draw, native_top_k
+from juggler.engine.llama.top_k_native import (
+    DrawSpec,
+    native_draw,
+    native_draw_changed,
+    native_note,
+    native_top_k,
+)
 from juggler.errors import EngineError
 
 #: numpy's view of `llama_token_data` {int32 id; float logit; float p}.
@@ -64,19 +70,49 @@ class Candidates:
         return int(self.arr.data[self.arr.selected].id)
 
 
+#: Tokens a sampler's ring of accepted tokens holds: penalties that remember more than
+#: this leave a draw to the whole chain once more were accepted (`top_k.c`).
+RING_CAP = 1024
+#: top_k.c's MAX_CANDIDATES: a draw's candidate array holds twice as many at most.
+MAX_CANDIDATES = 256
+
+
 class BestK:
-    """The k-entry candidate array of one sampler, refilled each draw."""
+    """The k-entry candidate array of one sampler, refilled each draw.
+
+    `changed` and `window`: the chain changes the logits of the tokens in `changed` (a
+    logit bias) and of those accepted in the last `window` draws (penalties) before its
+    top_k; the compiled draw adds them to the candidates (`top_k.c`). Only with the
+    compiled draw (`sparse_draws`)."""
 
     def __init__(
-        self, ctx: Context, n_vocab: int, k: int, banned: Any | None, *, native: bool = True
+        self,
+        ctx: Context,
+        n_vocab: int,
+        k: int,
+        banned: Any | None,
+        *,
+        native: bool = True,
+        changed: tuple[int, ...] = (),
+        window: int = 0,
     ) -> None:
         self.ctx = ctx
         self.n_vocab = n_vocab
         self.k = k
         self.banned = banned  # a read-only boolean mask over the vocabulary, or None
         self.kernel = native_top_k() if native else None
-        self.drawer = native_draw() if native and self.kernel is not None else None
-        self.few = Candidates.empty(k)
+        self.sparse = bool(changed or window)
+        draws = native_draw_changed if self.sparse else native_draw
+        self.drawer = draws() if native and self.kernel is not None else None
+        if self.sparse and (self.drawer is None or native_note() is None):
+            raise ValueError("changed logits need the compiled draw (sparse_draws)")
+        self.few = Candidates.empty(2 * MAX_CANDIDATES if self.sparse else k)
+        # The draw's memory of the tokens that change (see top_k.c); numpy owns it.
+        self._changed = np.asarray(changed, dtype=np.int32)
+        self._ring = np.zeros(min(window, RING_CAP), dtype=np.int32)
+        self._window = window
+        self._scratch = np.zeros(len(changed) + self._ring.shape[0], dtype=np.int32)
+        self._marks = np.zeros(n_vocab if self.sparse else 0, dtype=np.uint8)
         self.banned_addr = banned.ctypes.data if banned is not None else None
         # The threshold guess (see top_k.py): the GUESS-th best of every STRIDE-th logit
         # holds about GUESS * STRIDE tokens; twice k at least.
@@ -106,13 +142,15 @@ class BestK:
         few.arr.size, few.arr.selected, few.arr.sorted = found, -1, True
         return found
 
-    def draw(self, chain: Any, row: int) -> int:
+    def draw(self, chain: Any, row: int) -> int | None:
         """Apply `chain` to the k best of row `row` and accept its draw: in one call to
-        the compiled draw where it was built, else four."""
+        the compiled draw where it was built, else four. None: the row is left to the
+        chain over the whole vocabulary (too many changed logits; see top_k.c), and
+        whatever it accepts is `note`d."""
         if self.drawer is not None:
-            if self._spec_chain is not chain:
-                self._spec_ref, self._spec_chain = ctypes.byref(self._spec_for(chain)), chain
-            token: int = self.drawer(self._spec_ref, row)
+            token: int = self.drawer(self._spec(chain), row)
+            if token == -3:
+                return None
             if token == -1:
                 raise EngineError(f"llama.cpp returned no logits for batch row {row}")
             if token < 0:
@@ -123,6 +161,22 @@ class BestK:
         token = self.few.selected()
         C.llama_sampler_accept(chain, token)
         return token
+
+    def note(self, token: int) -> None:
+        """`chain` accepted `token` outside `draw`: the penalties' memory follows."""
+        note = native_note() if self.sparse else None
+        if note is not None:
+            note(self._spec(None), token)
+
+    def _spec(self, chain: Any) -> Any:
+        """The compiled draw's spec (made once, its chain set when it changes)."""
+        if self._spec_ref is None:
+            self._spec_ref = ctypes.byref(self._spec_for(chain))
+            self._spec_chain = chain
+        elif chain is not None and self._spec_chain is not chain:
+            self._spec_ref._obj.chain = ctypes.cast(chain, ctypes.c_void_p).value
+            self._spec_chain = chain
+        return self._spec_ref
 
     def _spec_for(self, chain: Any) -> DrawSpec:
         return DrawSpec(
@@ -137,6 +191,14 @@ class BestK:
             k=self.k,
             stride=STRIDE,
             guess=self.guess,
+            fixed=self._changed.ctypes.data,
+            n_fixed=self._changed.shape[0],
+            ring=self._ring.ctypes.data,
+            ring_cap=self._ring.shape[0],
+            window=self._window,
+            accepted=0,
+            changed=self._scratch.ctypes.data,
+            marks=self._marks.ctypes.data,
         )
 
 

@@ -33,6 +33,7 @@ from juggler.engine.llama.best_k import BestK, Candidates
 from juggler.engine.llama.native_context import Context
 from juggler.engine.llama.ports import LlamaContext, Logits
 from juggler.engine.llama.sampling import SamplingParams
+from juggler.engine.llama.top_k_native import sparse_draws
 from juggler.errors import BadRequest
 
 #: When a drawn token breaks the grammar, the redraw first looks among the tokens whose
@@ -73,14 +74,18 @@ def check_grammar(vocab: Any, grammar: str) -> None:
 MAX_FAST_TOP_K = 128
 
 
-def _only_bans(p: SamplingParams) -> bool:
-    """Nothing changes the logits before top_k but the banned tokens' -inf."""
-    return (
-        not p.logit_bias
-        and p.repeat_penalty == 1.0
-        and p.frequency_penalty == 0.0
-        and p.presence_penalty == 0.0
-    )
+def _changes(p: SamplingParams, banned: Sequence[int]) -> tuple[tuple[int, ...], int]:
+    """What changes logits before top_k besides the banned tokens' -inf: the tokens a
+    logit bias changes, and how many of the last accepted tokens the penalties look at
+    (0: none; as `_fill_pre` sets the chain up)."""
+    out = set(banned)
+    changed = tuple(dict.fromkeys(t for t, _ in p.logit_bias if t not in out))
+    window = 0
+    if p.repeat_penalty != 1.0:
+        window = max(window, p.penalty_last_n)
+    if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+        window = max(window, p.max_new_tokens, 1)
+    return changed, window
 
 
 @functools.lru_cache(maxsize=8)
@@ -127,19 +132,26 @@ class Sampler:
         #: best logit, as llama.cpp's greedy sampler takes it, read without copying the
         #: vocabulary into a candidate array (tens of microseconds a token).
         self.argmax = self.grammar is None and not changes_logits and params.temperature <= 0.0
-        #: Sampling with top_k and nothing else changing the logits but banned tokens:
-        #: the chain runs over the k best tokens only (`top_k`, exact), and these are the
-        #: banned tokens (None: none).
+        #: A draw over the k best tokens (`best_k`): sampling with 0 < top_k <= 128, or
+        #: greedy (k = 1) where something changes the logits, and with nothing before
+        #: top_k changing the logits but banned tokens, or with the compiled draw, which
+        #: adds the tokens a logit bias or the penalties change (`top_k.c`). 0: the
+        #: chain runs over the whole vocabulary.
+        k = 1 if params.temperature <= 0.0 else params.top_k
+        changed, window = _changes(params, banned)
         self.top_k = (
-            params.top_k
+            k
             if self.grammar is None
-            and params.temperature > 0.0
-            and 0 < params.top_k <= MAX_FAST_TOP_K
-            and _only_bans(params)
+            and 0 < k <= MAX_FAST_TOP_K
+            and (not (changed or window) or sparse_draws())
             else 0
         )
         self.banned = _mask(n_vocab, tuple(banned)) if self.top_k and banned else None
-        self._best = BestK(self.ctx, n_vocab, self.top_k, self.banned) if self.top_k else None
+        self._best = (
+            BestK(self.ctx, n_vocab, self.top_k, self.banned, changed=changed, window=window)
+            if self.top_k
+            else None
+        )
         #: How many best candidates a redraw needs to be exact (None: all of them).
         self.need: int | None = 1 if params.temperature <= 0.0 else (params.top_k or None)
         #: min_p drops every token this far (in logits) below the best one left.
@@ -199,8 +211,14 @@ class Sampler:
         """Sample (and accept) a token from the logits of batch row `row`."""
         if self.argmax:
             return int(self.ctx.logits_view(row).argmax())
-        if self._best is not None:
-            return self._best.draw(self.ptr, row)
+        best = self._best
+        if best is not None:
+            token = best.draw(self.ptr, row)
+            if token is not None:
+                return token
+            token = int(C.llama_sampler_sample(self.ptr, self.ctx.ptr, row))
+            best.note(token)
+            return token
         if self.grammar is None:
             return int(C.llama_sampler_sample(self.ptr, self.ctx.ptr, row))
         return self._constrained(self.ctx.logits_view(row))
@@ -220,6 +238,8 @@ class Sampler:
         cand.apply(self.ptr)
         token = cand.selected()
         C.llama_sampler_accept(self.ptr, token)
+        if self._best is not None:
+            self._best.note(token)
         return token
 
     def _allows(self, token: int) -> bool:
@@ -299,6 +319,8 @@ class Sampler:
                 return False
             C.llama_sampler_accept(self.grammar, token)
         C.llama_sampler_accept(self.ptr, token)
+        if self._best is not None:
+            self._best.note(token)
         return True
 
     def close(self) -> None:

@@ -123,7 +123,17 @@ int juggler_top_k(const float *row, int n, int k, const uint8_t *banned, int str
  * sampler's life and set once in a `draw_spec`; a draw passes the spec and the row. The
  * chain is llama.cpp's own, called through the addresses of `llama_get_logits_ith`,
  * `llama_sampler_apply` and `llama_sampler_accept`: the same draws as four calls from
- * Python, with one crossing (and one release of Python's lock) instead of four. */
+ * Python, with one crossing (and one release of Python's lock) instead of four.
+ *
+ * Where the chain changes some tokens' logits before top_k (a logit bias, repetition
+ * penalties), those tokens are known: the biased ones (`fixed`) and the ones the
+ * penalties remember, every token accepted in the last `window` draws (`ring`, kept
+ * here as the chain's penalty samplers keep theirs). Every other token keeps its logit,
+ * so the k best after the changes are among the k + m best before them (m: how many
+ * tokens may change) and the m themselves: the chain applied to those draws what it
+ * draws over the vocabulary. Past `MAX_CANDIDATES`, or once the ring no longer holds
+ * the whole window, a draw says so (-3) and the caller runs the chain over the
+ * vocabulary. */
 
 typedef struct {
     token_data *data;
@@ -144,21 +154,107 @@ typedef struct {
     int32_t k;
     int32_t stride;
     int32_t guess;
+    /* The tokens whose logits the chain may change: biased ones, then the ring. */
+    const int32_t *fixed;
+    int32_t n_fixed;
+    int32_t *ring;     /* the last accepted tokens, `ring_cap` of them at most */
+    int32_t ring_cap;  /* 0: no penalties */
+    int32_t window;    /* tokens the penalties remember */
+    int64_t accepted;  /* tokens accepted so far */
+    int32_t *changed;  /* scratch: the distinct tokens that may change */
+    uint8_t *marks;    /* scratch over the vocabulary, all zero between draws */
 } draw_spec;
 
-/* The token drawn from batch row `row`; -1 when llama.cpp has no logits for the row, -2
- * when the chain selected none. */
-int32_t juggler_draw(const draw_spec *s, int32_t row) {
+/* The k + m best a draw looks for at most before it leaves the row to the whole chain
+ * (the array holds up to m more: twice this). */
+#define MAX_CANDIDATES 256
+/* top_k.py's WIDER: the threshold guess that holds about 1,024 tokens. */
+#define WIDER_GUESS 16
+
+/* The token was accepted by the chain: the ring remembers it. */
+void juggler_note(draw_spec *s, int32_t token) {
+    if (s->ring_cap > 0) s->ring[s->accepted % s->ring_cap] = token;
+    s->accepted++;
+}
+
+/* The distinct tokens whose logits the chain may change, into s->changed (each marked
+ * 2 in s->marks); -1 when the ring no longer holds the whole window. */
+static int changed_tokens(draw_spec *s) {
+    int64_t held = s->accepted < s->window ? s->accepted : s->window;
+    if (held > s->ring_cap) return -1;
+    int m = 0;
+    for (int i = 0; i < s->n_fixed; i++) {
+        int32_t t = s->fixed[i];
+        if (!s->marks[t]) s->marks[t] = 2, s->changed[m++] = t;
+    }
+    for (int64_t j = s->accepted - held; j < s->accepted; j++) {
+        int32_t t = s->ring[j % s->ring_cap];
+        if (!s->marks[t]) s->marks[t] = 2, s->changed[m++] = t;
+    }
+    return m;
+}
+
+static void unmark(draw_spec *s, int m) {
+    for (int i = 0; i < m; i++) s->marks[s->changed[i]] = 0;
+}
+
+/* The candidates of row `logits` into s->arr (see above); -1: too many, use the whole
+ * chain. `changes`: the spec has the fields after `guess`. */
+static int candidates(draw_spec *s, const float *logits, bool changes) {
+    token_data_array *arr = s->arr;
+    if (!changes || (s->n_fixed == 0 && s->ring_cap == 0)) {
+        arr->size = (size_t)juggler_top_k(logits, s->n_vocab, s->k, s->banned, s->stride,
+                                          s->guess, arr->data);
+        arr->sorted = true;
+        return 0;
+    }
+    int m = changed_tokens(s);
+    if (m < 0) return -1;
+    if (s->k + m > MAX_CANDIDATES) {
+        unmark(s, m);
+        return -1;
+    }
+    int kk = s->k + m;
+    int guess = 2 * kk <= s->guess * s->stride ? s->guess : WIDER_GUESS;
+    int found = juggler_top_k(logits, s->n_vocab, kk, s->banned, s->stride, guess, arr->data);
+    for (int i = 0; i < found; i++) s->marks[arr->data[i].id] = 1; /* already there */
+    for (int i = 0; i < m; i++) {
+        int32_t t = s->changed[i];
+        float v = logits[t];
+        if (s->marks[t] == 2 && isfinite(v) && !(s->banned && s->banned[t])) {
+            arr->data[found].id = t;
+            arr->data[found].logit = v;
+            arr->data[found].p = 0.0f;
+            found++;
+        }
+        s->marks[t] = 0;
+    }
+    for (int i = 0; i < found; i++) s->marks[arr->data[i].id] = 0;
+    arr->size = (size_t)found;
+    arr->sorted = false;
+    return 0;
+}
+
+static int32_t draw(draw_spec *s, int32_t row, bool changes) {
     const float *logits = s->logits_at(s->ctx, row);
     if (logits == NULL) return -1;
+    if (candidates(s, logits, changes) < 0) return -3;
     token_data_array *arr = s->arr;
-    arr->size = (size_t)juggler_top_k(logits, s->n_vocab, s->k, s->banned, s->stride, s->guess,
-                                      arr->data);
     arr->selected = -1;
-    arr->sorted = true;
     s->apply(s->chain, arr);
     if (arr->selected < 0 || arr->selected >= (int64_t)arr->size) return -2;
     int32_t token = arr->data[arr->selected].id;
     s->accept(s->chain, token);
+    if (changes) juggler_note(s, token);
     return token;
 }
+
+/* The token drawn from batch row `row`; -1 when llama.cpp has no logits for the row, -2
+ * when the chain selected none. Reads the spec up to `guess` only (as the engine did
+ * before `juggler_draw_changed`, so that a checkout of then still runs with this
+ * library). */
+int32_t juggler_draw(draw_spec *s, int32_t row) { return draw(s, row, false); }
+
+/* The same with the tokens the chain changes (the whole spec); -3 when the row is left
+ * to the whole chain. */
+int32_t juggler_draw_changed(draw_spec *s, int32_t row) { return draw(s, row, true); }

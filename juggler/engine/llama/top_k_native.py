@@ -77,6 +77,14 @@ class DrawSpec(ctypes.Structure):
         ("k", ctypes.c_int32),
         ("stride", ctypes.c_int32),
         ("guess", ctypes.c_int32),
+        ("fixed", ctypes.c_void_p),
+        ("n_fixed", ctypes.c_int32),
+        ("ring", ctypes.c_void_p),
+        ("ring_cap", ctypes.c_int32),
+        ("window", ctypes.c_int32),
+        ("accepted", ctypes.c_int64),
+        ("changed", ctypes.c_void_p),
+        ("marks", ctypes.c_void_p),
     ]
 
 
@@ -86,3 +94,24 @@ def native_draw() -> Any | None:
     applied, its choice accepted, in one call), or None where the library was not built
     or predates it (then `best_k.BestK.draw` makes the four calls itself)."""
     return _function("juggler_draw", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32)
+
+
+@functools.cache
+def native_note() -> Any | None:
+    """`juggler_note(spec, token)`: a token the chain accepted outside `juggler_draw`,
+    for the draw's memory of what the penalties remember (see top_k.c)."""
+    return _function("juggler_note", [ctypes.c_void_p, ctypes.c_int32], None)
+
+
+@functools.cache
+def native_draw_changed() -> Any | None:
+    """`juggler_draw_changed(spec, row) -> token`: `juggler_draw` where the chain changes
+    the logits of some tokens before its top_k (see top_k.c); None where the library
+    predates it."""
+    return _function("juggler_draw_changed", [ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32)
+
+
+def sparse_draws() -> bool:
+    """Whether the compiled draw handles chains that change some logits (a logit bias,
+    penalties) before their top_k: a library built before it could not."""
+    return native_draw_changed() is not None and native_note() is not None
