@@ -185,6 +185,7 @@ static int changed_tokens(draw_spec *s) {
     int m = 0;
     for (int i = 0; i < s->n_fixed; i++) {
         int32_t t = s->fixed[i];
+        if (t < 0 || t >= s->n_vocab) continue; /* not a token: nothing to change */
         if (!s->marks[t]) s->marks[t] = 2, s->changed[m++] = t;
     }
     for (int64_t j = s->accepted - held; j < s->accepted; j++) {
