@@ -22,6 +22,7 @@ from juggler.engine.llama.native import Model
 from juggler.engine.llama.ports import ContextParams
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.llama.top_k_native import library_path, sparse_draws
+from tests.engine.draws import draw_alike
 
 BIASED = ((13, 4.0), (198, 3.0), (429, -2.0), (30, 6.0), (2, float("-inf")))
 #: More biased tokens than a draw takes (k + m > top_k.c's MAX_CANDIDATES).
@@ -87,26 +88,11 @@ def draw_both(model: Model, ctx: Any, params: SamplingParams, steps: int = 6) ->
         return token
 
     fast._best.drawer = counted
-    batch = model.new_batch(512)
     try:
-        prompts = [model.tokenize(f"Story {i}: once upon a", add_special=True) for i in range(16)]
-        for step in range(steps):
-            batch.clear()
-            rows = []
-            for seq, p in enumerate(prompts):
-                for j, tok in enumerate(p):
-                    row = batch.add(tok, j, seq, j == len(p) - 1)
-                rows.append(row)
-            assert ctx.decode(batch) == 0
-            for seq, row in enumerate(rows):
-                a, b = fast.sample(row), whole.sample(row)
-                assert a == b, f"step {step}, row {seq}"
-                prompts[seq] = [*prompts[seq], a]
-            ctx.seq_rm(-1)
+        assert draw_alike(model, ctx, fast, whole, steps) == 16 * steps
     finally:
         fast.close()
         whole.close()
-        batch.close()
     return made
 
 

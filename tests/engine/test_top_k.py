@@ -18,6 +18,7 @@ from juggler.engine.llama.ports import ContextParams
 from juggler.engine.llama.sampling import SamplingParams
 from juggler.engine.llama.top_k import GUESS, STRIDE, WIDER, top_candidates
 from juggler.engine.llama.top_k_native import library_path, native_draw, native_top_k
+from tests.engine.draws import draw_alike
 
 
 def best_by_sorting(row: np.ndarray, k: int, banned: np.ndarray | None = None) -> list[int]:
@@ -136,7 +137,6 @@ def test_the_draw_over_the_k_best_is_the_chains_draw_over_the_vocabulary(
     ctx = model.new_context(
         ContextParams(n_ctx=2048, n_batch=512, n_ubatch=512, n_seq_max=16, n_threads=1)
     )
-    batch = model.new_batch(512)
     fast = model.new_sampler(ctx, params, banned=model.eog_tokens())
     whole = model.new_sampler(ctx, params, banned=model.eog_tokens())
     assert fast.top_k == params.top_k and fast._best is not None
@@ -149,25 +149,8 @@ def test_the_draw_over_the_k_best_is_the_chains_draw_over_the_vocabulary(
         fast._best = BestK(ctx, fast.n_vocab, fast.top_k, fast.banned, native=False)
     whole._best = None  # llama_sampler_sample over the whole vocabulary
     try:
-        prompts = [model.tokenize(f"Story {i}: once upon a", add_special=True) for i in range(16)]
-        drawn = 0
-        for step in range(6):
-            batch.clear()
-            rows = []
-            for seq, p in enumerate(prompts):
-                for j, tok in enumerate(p):
-                    row = batch.add(tok, j, seq, j == len(p) - 1)
-                rows.append(row)
-            assert ctx.decode(batch) == 0
-            for seq, row in enumerate(rows):
-                a, b = fast.sample(row), whole.sample(row)
-                assert a == b, f"step {step}, row {seq}"
-                drawn += 1
-                prompts[seq] = [*prompts[seq], a]
-            ctx.seq_rm(-1)
-        assert drawn == 96
+        assert draw_alike(model, ctx, fast, whole) == 96
     finally:
         fast.close()
         whole.close()
-        batch.close()
         ctx.close()

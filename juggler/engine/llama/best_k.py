@@ -148,7 +148,8 @@ class BestK:
         chain over the whole vocabulary (too many changed logits; see top_k.c), and
         whatever it accepts is `note`d."""
         if self.drawer is not None:
-            token: int = self.drawer(self._spec(chain), row)
+            ref = self._spec_ref if self._spec_chain is chain else self._spec(chain)
+            token: int = self.drawer(ref, row)
             if token == -3:
                 return None
             if token == -1:
