@@ -9,10 +9,11 @@
  * tokens `banned` marks (nonzero) are never candidates.
  *
  * One pass: a threshold is guessed from every `stride`-th logit (the `guess`-th best of
- * those), and only the logits at or above it are looked at (the row is compared with it
- * a chunk at a time into a byte mask, a loop the compiler vectorises; eight bytes of mask
- * are skipped at once where none is set). Each is inserted into a sorted array of at
- * most k. When fewer than k allowed tokens lie at or above the guess, the whole row is
+ * those), and only the logits at or above it are looked at, a block of 64 at a time: a
+ * block is first compared with the threshold as a whole (a loop the compiler vectorises)
+ * and skipped when none reaches it, else its hits are read from a byte mask. Each is
+ * inserted into a sorted array of at most k; once k are found the threshold rises to the
+ * k-th best so far, so most later blocks are skipped. When fewer than k allowed tokens lie at or above the guess, the whole row is
  * scanned the same way with no threshold: the answer is always exact.
  */
 
@@ -28,8 +29,8 @@ typedef struct {
     float p;
 } token_data;
 
-/* Logits compared at a time, into a byte mask on the stack. */
-#define CHUNK 4096
+/* Logits compared at a time: a block with none at or above the threshold is skipped. */
+#define BLOCK 64
 
 /* Insert (v, i) into best[0..*n) (sorted by logit descending; equal logits keep the
  * earlier, lower id first), keeping at most k. */
@@ -64,24 +65,33 @@ static inline void consider(const float *row, const uint8_t *banned, int i, int 
 #endif
 
 WIDEST static int scan(const float *row, int n, int k, const uint8_t *banned, float t,
-                token_data *best) {
-    uint8_t hit[CHUNK];
+                       token_data *best) {
+    uint8_t hit[BLOCK];
+    uint64_t words[BLOCK / 8];
     int found = 0;
-    for (int base = 0; base < n; base += CHUNK) {
-        int m = n - base < CHUNK ? n - base : CHUNK;
-        const float *r = row + base;
-        for (int j = 0; j < m; j++) hit[j] = r[j] >= t; /* vectorised */
-        int j = 0;
-        for (; j + 8 <= m; j += 8) {
-            uint64_t word;
-            memcpy(&word, hit + j, 8);
-            if (!word) continue;
-            for (int q = j; q < j + 8; q++)
-                if (hit[q]) consider(row, banned, base + q, k, best, &found);
+    int i = 0;
+    for (; i + BLOCK <= n; i += BLOCK) {
+        /* Once k are found, only a logit above the k-th can enter (ids only grow). */
+        float lim = found == k && best[k - 1].logit > t ? best[k - 1].logit : t;
+        const float *r = row + i;
+        int any = 0;
+        for (int j = 0; j < BLOCK; j++) any |= r[j] >= lim; /* vectorised */
+        if (!any) continue;
+        for (int j = 0; j < BLOCK; j++) hit[j] = r[j] >= lim; /* vectorised */
+        memcpy(words, hit, BLOCK);
+        for (int q = 0; q < BLOCK / 8; q++) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            for (uint64_t w = words[q]; w; w &= w - 1) /* each set byte, lowest first */
+                consider(row, banned, i + q * 8 + (__builtin_ctzll(w) >> 3), k, best, &found);
+#else
+            if (words[q])
+                for (int j = q * 8; j < q * 8 + 8; j++)
+                    if (hit[j]) consider(row, banned, i + j, k, best, &found);
+#endif
         }
-        for (; j < m; j++)
-            if (hit[j]) consider(row, banned, base + j, k, best, &found);
     }
+    for (; i < n; i++)
+        if (row[i] >= t) consider(row, banned, i, k, best, &found);
     return found;
 }
 

@@ -42,6 +42,7 @@ def top_candidates(row: Any, k: int, banned: Any | None = None) -> tuple[Any, An
         if not np.isfinite(threshold):
             continue
         found = np.flatnonzero(row >= threshold)
+        found = found[np.isfinite(row[found])]  # not +inf either, as the kernel
         if banned is not None:
             found = found[~banned[found]]
         if len(found) >= k:
@@ -52,8 +53,8 @@ def top_candidates(row: Any, k: int, banned: Any | None = None) -> tuple[Any, An
         if banned is not None:
             idx = idx[~banned[idx]]
     logits = row[idx]
-    if len(idx) > k:
-        part = np.argpartition(logits, len(idx) - k)[len(idx) - k :]
-        idx, logits = idx[part], logits[part]
-    order = np.argsort(-logits, kind="stable")
+    if len(idx) > k:  # those at or above the k-th best, still in id order
+        keep = logits >= np.partition(logits, len(idx) - k)[len(idx) - k]
+        idx, logits = idx[keep], logits[keep]
+    order = np.argsort(-logits, kind="stable")[:k]  # equal logits: the lower id first
     return idx[order].astype(np.int32), logits[order]
