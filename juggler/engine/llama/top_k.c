@@ -13,8 +13,9 @@
  * block is first compared with the threshold as a whole (a loop the compiler vectorises)
  * and skipped when none reaches it, else its hits are read from a byte mask. Each is
  * inserted into a sorted array of at most k; once k are found the threshold rises to the
- * k-th best so far, so most later blocks are skipped. When fewer than k allowed tokens lie at or above the guess, the whole row is
- * scanned the same way with no threshold: the answer is always exact.
+ * k-th best so far, so most later blocks are skipped. When fewer than k allowed tokens
+ * lie at or above the guess, the whole row is scanned the same way with no threshold:
+ * the answer is always exact.
  */
 
 #include <math.h>
