@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_host.py [--rounds 3] [--levels 1,8,32,64] [--new 64]
         [--modes plain,sse] [--direct] [--model tiny|smol] [--model-path GGUF]
-        [--profile DIR]
+        [--target TOKENS] [--profile DIR]
 
 A tiny random-weight llama (2 layers, 64 wide, F32, SmolLM2's tokenizer and template,
 `random_gguf.tiny_host_bound`) decodes 64 rows in about a millisecond on 2 cores, so
@@ -17,9 +17,11 @@ process called straight (no router). `--model smol` runs the packaged SmolLM2 in
 (where the model is the bottleneck).
 
 Runs are interleaved (the servers' order flips every round) and each ratio is the
-median of per-round ratios. Each burst also reports every server process's CPU time
-per generated token (router, backend, llama-server), and the load generator's own
-(`loadgen.py`, in this process): where the per-token budget goes, by process.
+median of per-round ratios. A burst is at least `--target` tokens (16,384 on the tiny
+model: shorter bursts, about a second at 8 streams, swung from round to round). Each
+burst also reports every server process's CPU time per generated token (router, backend,
+llama-server), and the load generator's own (`loadgen.py`, in this process): where the
+per-token budget goes, by process.
 
 `--profile DIR` samples the backend and the router with py-spy during one burst at
 the lowest and highest level and prints the share of each part of Juggler's
@@ -67,6 +69,12 @@ from random_gguf import tiny_host_bound
 ADMIN = "bench-host-admin"
 NAME = "user.host-bench"
 CTX = 8192
+#: Tokens a burst at least, on the tiny model: about 3 s at 8 streams and more, 9 s at 1.
+#: Bursts of 4,096 (about a second there) swung between two levels from round to round
+#: for the same code (8 streams non-streamed: about 4,000 or 5,300 tokens a second).
+TINY_TARGET = 16384
+#: On a model that decides its own speed (SmolLM2: about 100 tokens a second alone).
+OTHER_TARGET = 4096
 PARALLEL = 64
 
 
@@ -362,7 +370,13 @@ def main() -> None:
     )
     ap.add_argument("--model", choices=["tiny", "smol"], default="tiny")
     ap.add_argument("--model-path", type=Path, default=None, help="this GGUF instead")
-    ap.add_argument("--target", type=int, default=4096, help="tokens a burst, at least")
+    ap.add_argument(
+        "--target",
+        type=int,
+        default=None,
+        help=f"tokens a burst, at least (default {TINY_TARGET:,} on the tiny model, "
+        f"{OTHER_TARGET:,} on another)",
+    )
     ap.add_argument("--parallel", type=int, default=PARALLEL)
     ap.add_argument("--profile", type=Path, default=None, help="py-spy profiles into DIR")
     ap.add_argument(
@@ -372,6 +386,9 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     modes = [m for m in args.modes.split(",") if m]
     model = args.model_path or (tiny_host_bound() if args.model == "tiny" else smol_path())
+    if args.target is None:
+        tiny = args.model_path is None and args.model == "tiny"
+        args.target = TINY_TARGET if tiny else OTHER_TARGET
     print(f"model: {model} ({model.stat().st_size / 1e6:.0f} MB)")
 
     systems: list[System] = []
