@@ -72,7 +72,9 @@ fuzz: install
 
 lint: install
 	$(BIN)/ruff check juggler tests bench scripts
+	$(BIN)/ruff format --check juggler tests bench scripts
 	$(BIN)/mypy juggler
+	$(BIN)/mypy bench/*.py scripts/*.py
 
 bench: install
 	$(BIN)/python bench/bench_engine.py

@@ -59,7 +59,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="start at another item")
     p.add_argument("--aa", action="store_true", help="no speculation on either backend")
     args = p.parse_args()
-    bench_spec.messages = story  # the bursts ask stories
+    bench_spec.messages = story  # type: ignore[attr-defined]  # the bursts ask stories
     spec_workloads.messages = story
     speculative = {"spec": not args.aa, "none": False}
     n = args.streams

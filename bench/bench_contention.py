@@ -470,8 +470,11 @@ def run_set(set_name: str, models: list[Model], args: argparse.Namespace) -> Non
             + f" | {e:.2f} | {vs} | {med(fair[name]):.2f} | {med(wait[name]) * 1000:.0f} ms |"
         )
     print(f"\nnewly busy {llms[1].key} beside a busy {llms[0].key}: median time to first token")
-    for name, (alone, busy) in arrivals.items():
-        print(f"  {name}: alone {alone * 1000:.0f} ms, beside the busy one {busy * 1000:.0f} ms")
+    for name, (first_alone, first_busy) in arrivals.items():
+        print(
+            f"  {name}: alone {first_alone * 1000:.0f} ms, "
+            f"beside the busy one {first_busy * 1000:.0f} ms"
+        )
 
 
 def run_lone(args: argparse.Namespace) -> None:

@@ -53,7 +53,7 @@ def bytes_per_cell(model_path: Path, kinds: list[str], ctx: int) -> dict[str, fl
     model = Model(str(model_path))
     mib: list[float] = []
 
-    @C.llama_log_callback  # type: ignore[misc]
+    @C.llama_log_callback  # type: ignore[misc,untyped-decorator]
     def catch(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         found = re.search(rb"KV buffer size =\s*([\d.]+) MiB", text)
         if found:
@@ -175,7 +175,7 @@ def main() -> None:
     for kind in kinds:
 
         def med(field: str, kind: str = kind) -> float:
-            return statistics.median(getattr(r, field) for r in runs[kind])
+            return float(statistics.median(getattr(r, field) for r in runs[kind]))
 
         print(
             f"{kind:>6} {med('prefill_wall'):>10.0f} {med('decode_wall'):>10.1f}   "

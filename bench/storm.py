@@ -207,8 +207,15 @@ def soak(args: argparse.Namespace) -> int:
             async def sample() -> None:
                 while time.monotonic() < until:
                     pids = (router.proc.pid, backend)
+                    router_pid, backend_pid = pids
                     samples.append(
-                        (time.monotonic(), *(rss_kb(p) for p in pids), *(num_fds(p) for p in pids))
+                        (
+                            time.monotonic(),
+                            rss_kb(router_pid),
+                            rss_kb(backend_pid),
+                            num_fds(router_pid),
+                            num_fds(backend_pid),
+                        )
                     )
                     await asyncio.sleep(10)
 

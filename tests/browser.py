@@ -47,5 +47,9 @@ class Page:
     def __init__(self, page: Any) -> None:
         self.page = page
         self.errors: list[str] = []
-        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("console", self._on_console)
         page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+
+    def _on_console(self, message: Any) -> None:
+        if message.type == "error":
+            self.errors.append(message.text)
