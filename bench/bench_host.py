@@ -453,19 +453,20 @@ def report(
     cpu: dict[tuple[str, int, str], list[dict[str, float]]],
 ) -> None:
     names = [s.name for s in systems]
-    for ref in ("llama-server", "baseline"):
-        if ref not in names:
-            continue
-        print(f"\nmedian tok/s (and the median of per-round ratios against {ref})")
+    # Juggler alone (no llama-server built, no baseline): its medians without ratios.
+    refs: list[str | None] = [r for r in ("llama-server", "baseline") if r in names] or [None]
+    for ref in refs:
+        against = f" (and the median of per-round ratios against {ref})" if ref else ""
+        print(f"\nmedian tok/s{against}")
         print(f"{'streams':>8} {'mode':<6}" + "".join(f"{n:>16}" for n in names))
         for level in levels:
             for mode in modes:
                 row = f"{level:>8} {mode:<6}"
-                base = tps[(ref, level, mode)]
                 for n in names:
                     xs = tps[(n, level, mode)]
                     cell = f"{med(xs):.0f}"
-                    if n != ref:
+                    if ref is not None and n != ref:
+                        base = tps[(ref, level, mode)]
                         cell += f" ({med([a / b for a, b in zip(xs, base, strict=True)]):.2f}x)"
                     row += f"{cell:>16}"
                 print(row)

@@ -125,7 +125,7 @@ run_kit() {
         -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
         -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release >"$work/build.log" 2>&1 \
-      && cmake --build "$build" --target llama llama-server -j "$(nproc)" >>"$work/build.log" 2>&1
+      && cmake --build "$build" --target llama mtmd llama-server -j "$(nproc)" >>"$work/build.log" 2>&1
     ) &
     build_pid=$!
   fi

@@ -20,6 +20,8 @@ from pathlib import Path
 
 #: The environment variable llama-cpp-python reads the library's folder from.
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"
+#: ... and the folder of `libmtmd`, the image projector's library (`engine.llama.media`).
+MTMD_PATH_ENV = "MTMD_CPP_LIB"
 #: Lemonade's backend names -> the name of ggml's backend library (`libggml-<name>`).
 GGML_LIBS: dict[str, str] = {"cuda": "cuda", "vulkan": "vulkan", "rocm": "hip", "metal": "metal"}
 #: The GPU backends in the order a default is chosen when a library has several.
@@ -37,6 +39,25 @@ def library_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))) / "lib"
+
+
+def projector_library_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where a backend should load `libmtmd` from, when not from the package's own `lib`
+    folder: `MTMD_CPP_LIB` when set, else the `LLAMA_CPP_LIB_PATH` folder when it holds a
+    `libmtmd` (a llama.cpp build of one's own: its projector library was built with the
+    same libllama and ggml). None: llama-cpp-python's default, the package's own."""
+    env = os.environ if environ is None else environ
+    if env.get(MTMD_PATH_ENV):
+        return Path(env[MTMD_PATH_ENV])
+    override = env.get(LIB_PATH_ENV)
+    if not override:
+        return None
+    try:
+        names = [p.name for p in Path(override).iterdir()]
+    except OSError:
+        return None
+    has_mtmd = any(n.startswith(("libmtmd.", "mtmd.")) for n in names)
+    return Path(override) if has_mtmd else None
 
 
 def built_backends(folder: Path | None) -> frozenset[str]:

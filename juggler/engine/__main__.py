@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from pydantic import ValidationError
@@ -74,6 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+
+    from juggler.accel.library import MTMD_PATH_ENV, projector_library_dir
+
+    # llama-cpp-python loads libmtmd from its own package unless told otherwise, also when
+    # libllama comes from a build of one's own (LLAMA_CPP_LIB_PATH): point it at that
+    # build's, before the engine's modules import llama_cpp.mtmd_cpp.
+    mtmd = projector_library_dir()
+    if mtmd is not None:
+        os.environ[MTMD_PATH_ENV] = str(mtmd)
 
     import uvicorn
 

@@ -29,8 +29,10 @@ INHERITED = frozenset(
         "TMP",
         "VIRTUAL_ENV",
         "LD_LIBRARY_PATH",
-        # llama-cpp-python loads libllama from this folder (a GPU build, issue 48).
+        # llama-cpp-python loads libllama from this folder (a GPU build, issue 48), and
+        # libmtmd (images) from this one.
         "LLAMA_CPP_LIB_PATH",
+        "MTMD_CPP_LIB",
         "XDG_CACHE_HOME",
         "XDG_RUNTIME_DIR",
         "HF_HOME",
