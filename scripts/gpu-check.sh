@@ -11,8 +11,8 @@
 #       the target may lack; SmolLM2's tokenizer as a tensor-less GGUF; this script.
 #
 #   KIT/gpu-check.sh run
-#       There: build llama.cpp for CUDA (libllama and llama-server, shared, for the GPU
-#       found) while the model is generated with `gguf` (bench/random_gguf.py: a random
+#       There: build llama.cpp for CUDA (libllama, libmtmd and llama-server, shared, for the
+#       GPU found) while the model is generated with `gguf` (bench/random_gguf.py: a random
 #       1B llama, Q8_0, SmolLM2's tokenizer), install the wheels into a venv over the
 #       system's packages, then print the VRAM figures (bench/gpu_vram.py: what Juggler
 #       reports per model against NVML / nvidia-smi, partial offload, `juggler ps`,
