@@ -52,11 +52,7 @@ def projector_library_dir(environ: Mapping[str, str] | None = None) -> Path | No
     override = env.get(LIB_PATH_ENV)
     if not override:
         return None
-    try:
-        names = [p.name for p in Path(override).iterdir()]
-    except OSError:
-        return None
-    has_mtmd = any(n.startswith(("libmtmd.", "mtmd.")) for n in names)
+    has_mtmd = any(n.startswith(("libmtmd.", "mtmd.")) for n in _file_names(override))
     return Path(override) if has_mtmd else None
 
 
@@ -69,10 +65,7 @@ def built_backends(folder: Path | None) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=8)
 def _built_in(folder: str) -> frozenset[str]:
-    try:
-        names = [p.name for p in Path(folder).iterdir()]
-    except OSError:
-        return frozenset()
+    names = _file_names(folder)
     return frozenset(
         backend
         for backend, ggml in GGML_LIBS.items()
@@ -83,3 +76,11 @@ def _built_in(folder: str) -> frozenset[str]:
 def loaded_backends(environ: Mapping[str, str] | None = None) -> frozenset[str]:
     """`built_backends` of the library the backends load (`library_dir`)."""
     return built_backends(library_dir(environ))
+
+
+def _file_names(folder: str) -> list[str]:
+    """The names in `folder` ([] where it cannot be listed: missing, not a folder)."""
+    try:
+        return [p.name for p in Path(folder).iterdir()]
+    except OSError:
+        return []

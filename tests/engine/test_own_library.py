@@ -11,23 +11,21 @@ package's `lib` folder (libllama, ggml and libmtmd)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
 
-from juggler.accel.library import LIB_PATH_ENV, MTMD_PATH_ENV, projector_library_dir
+from juggler.accel.library import (
+    LIB_PATH_ENV,
+    MTMD_PATH_ENV,
+    library_dir,
+    projector_library_dir,
+)
 from juggler.manager.child_env import child_env
 from tests.engine.conftest import start_backend
 
 pytestmark = pytest.mark.slow
-
-
-def _installed_package() -> Path:
-    spec = importlib.util.find_spec("llama_cpp")
-    assert spec is not None and spec.submodule_search_locations
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def test_the_projector_library_comes_from_ones_own_build(tmp_path: Path) -> None:
@@ -48,7 +46,9 @@ def test_the_projector_library_comes_from_ones_own_build(tmp_path: Path) -> None
 def test_a_backend_runs_on_a_library_folder_of_its_own(
     smol_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    installed = _installed_package()
+    lib = library_dir({})  # the installed package's own `lib` folder
+    assert lib is not None
+    installed = lib.parent
     assert any(p.name.startswith("libmtmd.") for p in (installed / "lib").iterdir())
     shadow = tmp_path / "python"
     shutil.copytree(
