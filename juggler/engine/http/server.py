@@ -31,7 +31,7 @@ from juggler.api.embeddings import EmbeddingRequest, RerankRequest
 from juggler.api.responses import RESPONSE_ID, RESPONSE_ID_HEADER, ResponsesRequest
 from juggler.backend_key import ENV as KEY_ENV
 from juggler.backend_key import HEADER, key_matches
-from juggler.engine.http import memory, openai_routes, responses_api, slots
+from juggler.engine.http import handoff, memory, openai_routes, responses_api, slots
 from juggler.engine.http import responses as shape
 from juggler.engine.http.device_info import device_body
 from juggler.engine.http.fast_lane import FastLane, error_response, is_small, parse
@@ -80,12 +80,18 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
     name = engine.config.model_name
     key = key if key is not None else os.environ.get(KEY_ENV)
 
+    inbox = handoff.open_inbox() if engine.is_llm else None
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await engine.start()
+        if inbox is not None:
+            inbox.start()
         try:
             yield
         finally:
+            if inbox is not None:
+                inbox.close()
             await engine.stop()
 
     app = FastAPI(title="juggler-engine", lifespan=lifespan)
@@ -162,12 +168,14 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
     async def chat(request: Request, raw: bytes) -> Any:
         body = parse(raw, api.ChatRequest)
         inline = is_small(raw, body.tools, body.response_format, body.grammar, body.json_schema)
-        return await openai_routes.chat(engine, caps, body, request, inline=inline)
+        answer = await openai_routes.chat(engine, caps, body, request, inline=inline)
+        return handoff.take_over(inbox, request, answer)
 
     async def completions(request: Request, raw: bytes) -> Any:
         body = parse(raw, api.CompletionRequest)
         inline = is_small(raw, body.grammar, body.json_schema)
-        return await openai_routes.completions(engine, body, request, inline=inline)
+        answer = await openai_routes.completions(engine, body, request, inline=inline)
+        return handoff.take_over(inbox, request, answer)
 
     @app.post("/internal/chat_tokens")
     async def chat_tokens(body: api.ChatRequest) -> dict[str, int]:

@@ -23,6 +23,9 @@ from typing import Any
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+#: Where `GuardedHttpProtocol` puts its transport in a request's scope (`handoff`).
+TRANSPORT = "juggler.transport"
+
 log = logging.getLogger("juggler.router")
 
 #: Seconds a client has to send a request's headers (the `header_timeout_s` default).
@@ -91,6 +94,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm_header_timer()
+        # The connection, for a stream the backend writes into it (`handoff`).
+        extensions: dict[str, Any] = {**self.scope.get("extensions", {}), TRANSPORT: self.transport}
+        self.scope["extensions"] = extensions  # type: ignore[typeddict-item]
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:

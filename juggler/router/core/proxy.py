@@ -24,6 +24,7 @@ from juggler.manager.manager import Manager
 from juggler.router.core.admission import prompt_refusal
 from juggler.router.core.backend_http import BackendPool, BackendResponse
 from juggler.router.core.drain import Drain
+from juggler.router.core.handoff import HandedOff, Sender, accepted, ask, transport_of
 from juggler.router.core.relay import Relay
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,10 @@ class Proxy:
         self.ping_interval_s = ping_interval_s
         self.drain = drain or Drain(0.0)
         self.drain.on_expire(self._cut_all)
-        self._relays: set[Relay] = set()
+        #: The streams running now: relayed, or written by their backend (`handoff`).
+        self._relays: set[Relay | HandedOff] = set()
+        #: Sends client connections to backends' inboxes (`handoff`).
+        self.sender = Sender()
         #: For the router's own calls to backends (figures, adapters, sessions).
         self.client = httpx.AsyncClient(
             timeout=TIMEOUT,
@@ -81,6 +85,7 @@ class Proxy:
 
     async def aclose(self) -> None:
         self.pool.close()
+        self.sender.close()
         await self.client.aclose()
 
     async def acquire(self, model: str, load_options: Mapping[str, Any] | None = None) -> Lease:
@@ -128,6 +133,7 @@ class Proxy:
         path: str,
         body: Any,
         load_options: Mapping[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[Lease, BackendResponse]:
         """Acquire the model and open the backend response (headers read, body not).
 
@@ -142,7 +148,7 @@ class Proxy:
                 lease.release()
                 raise refusal
             try:
-                return lease, await self._send(lease, method, path, body)
+                return lease, await self._send(lease, method, path, body, headers)
             except asyncio.CancelledError:
                 lease.release()  # the client went away while the backend was working
                 raise
@@ -174,6 +180,7 @@ class Proxy:
         extra_headers: dict[str, str] | None = None,
         on_release: Callable[[], None] | None = None,
         load_options: Mapping[str, Any] | None = None,
+        hand_off: bool = False,
     ) -> Response:
         """Send `body` to the backend of `model` at `path`; stream if the backend streams.
 
@@ -183,11 +190,22 @@ class Proxy:
         given, a client that disconnects before a non-streaming answer is ready gets the
         backend request closed, which cancels the generation there. `on_release` runs
         when the request is over, however it ends (not if no backend was reached).
-        `load_options`: the options an auto-load of `model` takes (lease path excluded)."""
+        `load_options`: the options an auto-load of `model` takes (lease path excluded).
+        `hand_off`: the backend may write the stream into the client's connection itself
+        (`handoff`; an OpenAI stream, whose bytes go to the client as they are)."""
         held: Lease
+        token, asking = None, None
+        if (
+            hand_off
+            and lease is None
+            and client_request is not None
+            and transport_of(client_request.scope) is not None
+            and not self.drain.is_expired
+        ):
+            token, asking = ask(self.ping_interval_s)
         if lease is None:
             held, response = await self._unless_gone(
-                self._open(model, method, path, body, load_options), client_request
+                self._open(model, method, path, body, load_options, asking), client_request
             )
             if on_release is not None:
                 held.on_release(on_release)
@@ -206,6 +224,9 @@ class Proxy:
             except BaseException:
                 held.release()  # the client went away (or the server is shutting down)
                 raise
+        inbox = accepted(response) if token is not None else None
+        if token is not None and inbox is not None and response.status_code == 200:
+            return self._handed_off(held, response, token, inbox)
         headers = {k: v for k, v in response.headers.items() if k in _PASS_HEADERS}
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             try:
@@ -271,6 +292,23 @@ class Proxy:
         finally:
             self._relays.discard(relay)
             lease.release()
+
+    def _handed_off(
+        self, lease: Lease, response: BackendResponse, token: str, inbox: str
+    ) -> HandedOff:
+        """The answer to a stream its backend writes (see `handoff`); it counts as
+        streaming, and the drain cuts it, until it ends."""
+        handed = HandedOff(
+            lease,
+            response,
+            token,
+            inbox,
+            self.sender,
+            lambda: self.manager.report_backend_failure(lease),
+        )
+        self._relays.add(handed)
+        lease.on_release(lambda: self._relays.discard(handed))
+        return handed
 
     def streaming_models(self) -> set[str]:
         """Models with a stream being relayed now (health's `is_streaming`)."""

@@ -146,6 +146,7 @@ async def _generate(
             client_request=request,
             on_release=end,
             load_options=auto_load,
+            hand_off=raw.get("stream") is True,  # its bytes go to the client as they are
         )
     except BaseException:
         end()

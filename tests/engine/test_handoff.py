@@ -1,0 +1,175 @@
+"""The backend's side of a handed-over stream (issue 47, `engine.http.handoff`): the
+inbox takes descriptors only for streams that wait for them, and the writer frames the
+stream's events as chunks into the client's connection, pings while it is silent,
+writes the drain's error event last, and stops when the client leaves. Real sockets,
+no model."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import os
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, chunk
+from juggler.engine.http import handoff
+
+
+def send(path: str, text: str, fd: int | None = None) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.connect("\0" + path.removeprefix("@"))
+        fds = [fd] if fd is not None else []
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        s.sendmsg([text.encode()], rights)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything until the other end closes (then closes this end)."""
+    sock.settimeout(10)
+    out = b""
+    with sock:
+        while got := sock.recv(65536):
+            out += got
+    return out
+
+
+async def frames_of(*items: bytes, pause_s: float = 0.0) -> AsyncIterator[bytes]:
+    for i, item in enumerate(items):
+        if i and pause_s:
+            await asyncio.sleep(pause_s)
+        yield item
+
+
+def test_the_inbox_hands_a_descriptor_to_the_stream_that_waits_for_it() -> None:
+    async def main() -> None:
+        inbox = handoff.Inbox()
+        inbox.start()
+        try:
+            assert inbox.path.startswith("@juggler-handoff-")  # no file: nothing left behind
+            waiting = inbox.expect("t1")
+            a, b = socket.socketpair()
+            send(inbox.path, "fd t1", a.fileno())
+            fd = await asyncio.wait_for(waiting.fd, 10)
+            assert fd not in (a.fileno(), b.fileno())  # its own copy of the connection
+            os.write(fd, b"hello")
+            os.close(fd)
+            assert b.recv(5) == b"hello"
+            # A descriptor nobody waits for is closed at once; a cut reaches its stream.
+            send(inbox.path, "fd nobody", a.fileno())
+            send(inbox.path, "cut t1 the server is shutting down")
+            assert await asyncio.wait_for(waiting.cut, 10) == "the server is shutting down"
+            a.close()
+            b.close()
+        finally:
+            inbox.close()
+
+    asyncio.run(main())
+
+
+def test_the_writer_frames_each_event_as_a_chunk_and_pings_when_silent() -> None:
+    async def main() -> tuple[bytes, bytes]:
+        ours, client = socket.socketpair()
+        ours.setblocking(False)
+        cut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        frames = frames_of(b"data: one\n\n", b"data: two\n\n", pause_s=0.5)
+        word = await handoff._write(ours, frames, cut, ping=0.1)
+        ours.close()
+        return word, read_all(client)
+
+    word, got = asyncio.run(main())
+    assert word == DONE
+    assert got.startswith(chunk(b"data: one\n\n") + chunk(handoff.PING))
+    assert got.endswith(chunk(b"data: two\n\n"))
+    assert b"0\r\n\r\n" not in got  # the router writes the body's end
+
+
+def test_a_cut_ends_the_stream_with_an_error_event() -> None:
+    async def main() -> tuple[bytes, bytes]:
+        ours, client = socket.socketpair()
+        ours.setblocking(False)
+        loop = asyncio.get_running_loop()
+        cut: asyncio.Future[str] = loop.create_future()
+        loop.call_later(0.2, cut.set_result, "the server is shutting down")
+        frames = frames_of(b"data: one\n\n", b"data: never\n\n", pause_s=30)
+        word = await handoff._write(ours, frames, cut, ping=0.0)
+        ours.close()
+        return word, read_all(client)
+
+    word, got = asyncio.run(main())
+    assert word == CUT
+    assert got.startswith(chunk(b"data: one\n\n"))
+    assert b"never" not in got
+    assert b"the server is shutting down" in got and got.endswith(b"\n\n\r\n")
+
+
+def test_a_client_that_left_ends_the_writing() -> None:
+    async def main() -> bytes:
+        ours, client = socket.socketpair()
+        ours.setblocking(False)
+        client.close()
+        cut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        word = await handoff._write(ours, frames_of(b"data: x\n\n"), cut, ping=0.0)
+        ours.close()
+        return word
+
+    assert asyncio.run(main()) == GONE
+
+
+def request_with(headers: dict[str, str]) -> Request:
+    raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": raw})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "tok/../x 5", "t" * 65 + " 5", "tok five", "tok -1", "tok 99999"],
+)
+def test_only_a_well_formed_ask_is_taken(value: str) -> None:
+    assert handoff.wanted(request_with({HEADER: value})) is None
+
+
+def test_take_over_keeps_every_answer_but_an_asked_stream() -> None:
+    async def main() -> None:
+        inbox = handoff.Inbox()
+        inbox.start()
+        try:
+            stream = StreamingResponse(frames_of(b"x"), media_type="text/event-stream")
+            asked = request_with({HEADER: "abc123 5"})
+            assert handoff.take_over(inbox, request_with({}), stream) is stream
+            assert handoff.take_over(None, asked, stream) is stream
+            plain = JSONResponse({"a": 1})
+            assert handoff.take_over(inbox, asked, plain) is plain
+            taken = handoff.take_over(inbox, asked, stream)
+            assert taken is not stream
+            assert taken.headers[HEADER] == f"{ACCEPT} {inbox.path}"
+        finally:
+            inbox.close()
+
+    asyncio.run(main())
+
+
+def test_the_inbox_refuses_another_users_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its abstract address is reachable by any process: only this user's may use it
+    (the peer's credentials, read from the kernel, stand for another user's here)."""
+    monkeypatch.setattr(handoff, "_peer_uid", lambda conn: os.getuid() + 1)
+
+    async def main() -> None:
+        inbox = handoff.Inbox()
+        inbox.start()
+        try:
+            waiting = inbox.expect("t1")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                s.connect("\0" + inbox.path.removeprefix("@"))
+                s.setblocking(False)
+                got = asyncio.get_running_loop().sock_recv(s, 16)
+                assert await asyncio.wait_for(got, 10) == b""  # the inbox closed it
+            assert not waiting.fd.done() and not inbox._conns
+        finally:
+            inbox.close()
+
+    asyncio.run(main())
