@@ -16,8 +16,10 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, chunk
+from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, LOST, chunk
 from juggler.engine.http import handoff
+from juggler.engine.http.streaming import EventStream
+from juggler.engine.schedule.stream import StreamSink
 
 
 def send(path: str, text: str, fd: int | None = None) -> None:
@@ -138,12 +140,14 @@ def test_take_over_keeps_every_answer_but_an_asked_stream() -> None:
         inbox = handoff.Inbox()
         inbox.start()
         try:
-            stream = StreamingResponse(frames_of(b"x"), media_type="text/event-stream")
+            stream = EventStream(frames_of(b"x"), [])
             asked = request_with({HEADER: "abc123 5"})
             assert handoff.take_over(inbox, request_with({}), stream) is stream
             assert handoff.take_over(None, asked, stream) is stream
             plain = JSONResponse({"a": 1})
             assert handoff.take_over(inbox, asked, plain) is plain
+            other = StreamingResponse(frames_of(b"x"), media_type="text/event-stream")
+            assert handoff.take_over(inbox, asked, other) is other  # not an engine stream
             taken = handoff.take_over(inbox, asked, stream)
             assert taken is not stream
             assert taken.headers[HEADER] == f"{ACCEPT} {inbox.path}"
@@ -173,3 +177,28 @@ def test_the_inbox_refuses_another_users_process(monkeypatch: pytest.MonkeyPatch
             inbox.close()
 
     asyncio.run(main())
+
+
+def test_a_stream_whose_connection_never_comes_cancels_its_generation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The router asked but sent no descriptor (it failed, or its client left first):
+    the backend answers `lost` and its generation stops, though the stream's body never
+    started."""
+    monkeypatch.setattr(handoff, "FD_WAIT_S", 0.1)
+
+    async def main() -> tuple[list[bytes], StreamSink]:
+        inbox = handoff.Inbox()
+        inbox.start()
+        sink = StreamSink()
+        try:
+            asked = request_with({HEADER: "abc123 5"})
+            taken = handoff.take_over(inbox, asked, EventStream(frames_of(b"x"), [sink]))
+            words = [piece async for piece in taken.body_iterator]
+        finally:
+            inbox.close()
+        return words, sink
+
+    words, sink = asyncio.run(main())
+    assert words == [LOST]
+    assert sink.is_cancelled

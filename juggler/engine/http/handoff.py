@@ -29,15 +29,16 @@ import os
 import secrets
 import socket
 import struct
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
 
 from juggler.api import sse
 from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, LOST, MAX_MESSAGE, chunk
 from juggler.api.streams import ClosingStreamingResponse, close_body
+from juggler.engine.http.streaming import EventStream, cancel_all
+from juggler.engine.schedule.stream import StreamSink
 from juggler.errors import Overloaded
 
 log = logging.getLogger(__name__)
@@ -167,9 +168,7 @@ def take_over(inbox: Inbox | None, request: Request, answer: Any) -> Any:
     """`answer` as it is, or, for a stream whose router asked for a handoff, a
     response that writes the stream into the client's connection and answers the
     router with one word."""
-    if inbox is None or not isinstance(answer, StreamingResponse):
-        return answer
-    if answer.media_type != "text/event-stream":
+    if inbox is None or not isinstance(answer, EventStream):
         return answer
     asked = wanted(request)
     if asked is None:
@@ -178,12 +177,16 @@ def take_over(inbox: Inbox | None, request: Request, answer: Any) -> Any:
     frames = answer.body_iterator
     headers = {HEADER: f"{ACCEPT} {inbox.path}", "Cache-Control": "no-cache"}
     return ClosingStreamingResponse(
-        _serve(inbox, token, ping, frames), media_type="text/plain", headers=headers
+        _serve(inbox, token, ping, frames, answer.sinks), media_type="text/plain", headers=headers
     )
 
 
 async def _serve(
-    inbox: Inbox, token: str, ping: float, frames: AsyncIterable[Any]
+    inbox: Inbox,
+    token: str,
+    ping: float,
+    frames: AsyncIterable[Any],
+    sinks: Sequence[StreamSink],
 ) -> AsyncIterator[bytes]:
     """The router's body: one word once the stream is written (see the module doc)."""
     h = inbox.expect(token)
@@ -203,7 +206,8 @@ async def _serve(
             client.close()  # this process's descriptor only: the router's stays open
         elif h.fd.done() and not h.fd.cancelled():
             os.close(h.fd.result())  # it came as this stream was being ended
-        await close_body(frames)  # its `finally` cancels the generations
+        await close_body(frames)
+        cancel_all(sinks)  # also when `frames` never started (no descriptor came)
 
 
 class _Writer:

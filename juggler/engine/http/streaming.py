@@ -198,7 +198,20 @@ async def drain(
     return done.text, done.finish_reason or "stop", done.stats
 
 
-def sse_response(objects: AsyncIterator[Any], sinks: Sequence[StreamSink]) -> StreamingResponse:
+class EventStream(ClosingStreamingResponse):
+    """An SSE answer and the generations it streams (`handoff` cancels them when it
+    ends before the answer's body ever started)."""
+
+    def __init__(self, body: AsyncIterator[bytes], sinks: Sequence[StreamSink]) -> None:
+        super().__init__(
+            body,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self.sinks = sinks
+
+
+def sse_response(objects: AsyncIterator[Any], sinks: Sequence[StreamSink]) -> EventStream:
     """An SSE response of `objects` (bytes go out as they are, anything else as a `data:`
     event); a JugglerError raised by them ends the stream with an error event."""
 
@@ -211,11 +224,7 @@ def sse_response(objects: AsyncIterator[Any], sinks: Sequence[StreamSink]) -> St
         finally:
             cancel_all(sinks)
 
-    return ClosingStreamingResponse(
-        gen(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return EventStream(gen(), sinks)
 
 
 def stream(
