@@ -202,3 +202,10 @@ def test_a_stream_whose_connection_never_comes_cancels_its_generation(
     words, sink = asyncio.run(main())
     assert words == [LOST]
     assert sink.is_cancelled
+
+
+def test_elsewhere_than_linux_streams_are_relayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No abstract Unix sockets nor peer credentials there: no inbox, so the backend
+    never accepts a handoff and the router relays every stream."""
+    monkeypatch.setattr(handoff.sys, "platform", "darwin")
+    assert handoff.open_inbox() is None

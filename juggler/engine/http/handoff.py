@@ -29,6 +29,7 @@ import os
 import secrets
 import socket
 import struct
+import sys
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from typing import Any
 
@@ -273,7 +274,10 @@ async def _write(
 
 
 def open_inbox() -> Inbox | None:
-    """This backend's inbox, or None (streams are then relayed) where it cannot be made."""
+    """This backend's inbox, or None (streams are then relayed) where it cannot be made:
+    abstract Unix sockets and peer credentials are Linux's."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         return Inbox()
     except OSError as exc:
