@@ -12,6 +12,7 @@ frees what its answer held at once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -34,3 +35,11 @@ async def close_body(body: Any) -> None:
     if aclose is not None:
         with contextlib.suppress(Exception):
             await aclose()
+
+
+async def stop(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` and wait for it to end, without swallowing a cancellation of the
+    caller (as suppressing the task's CancelledError would)."""
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

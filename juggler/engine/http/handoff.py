@@ -37,7 +37,7 @@ from starlette.requests import Request
 
 from juggler.api import sse
 from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, LOST, MAX_MESSAGE, chunk
-from juggler.api.streams import ClosingStreamingResponse, close_body
+from juggler.api.streams import ClosingStreamingResponse, close_body, stop
 from juggler.engine.http.streaming import EventStream, cancel_all
 from juggler.engine.schedule.stream import StreamSink
 from juggler.errors import Overloaded
@@ -257,9 +257,7 @@ async def _write(
                 return pump.result()
             if cut in done:
                 async with writer.lock:  # never between the bytes of a frame
-                    pump.cancel()
-                    with contextlib.suppress(BaseException):
-                        await pump
+                    await stop(pump)
                 await writer.write(sse.error(Overloaded(cut.result())))
                 return CUT
             if ping and writer.loop.time() - writer.last >= ping:
@@ -267,10 +265,7 @@ async def _write(
     except OSError:  # the client's connection broke: it left
         return GONE
     finally:
-        if not pump.done():
-            pump.cancel()
-            with contextlib.suppress(BaseException):
-                await pump
+        await stop(pump)
 
 
 def open_inbox() -> Inbox | None:

@@ -35,6 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from juggler.api import sse
 from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER
+from juggler.api.streams import stop
 from juggler.errors import BackendDead, JugglerError
 from juggler.manager.lease import Lease
 from juggler.router.core.backend_http import BackendResponse
@@ -216,10 +217,7 @@ class HandedOff(Response):
             await asyncio.wait({word, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (word, gone):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+                await stop(task)
         if not word.done() or word.cancelled():
             return None  # the client left: closing the backend response cancels the rest
         try:
