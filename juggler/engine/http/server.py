@@ -80,11 +80,14 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
     name = engine.config.model_name
     key = key if key is not None else os.environ.get(KEY_ENV)
 
-    inbox = handoff.open_inbox() if engine.is_llm else None
+    #: Where the router sends client connections (`handoff`), while the app runs.
+    inbox: handoff.Inbox | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        nonlocal inbox
         await engine.start()
+        inbox = handoff.open_inbox() if engine.is_llm else None
         if inbox is not None:
             inbox.start()
         try:
@@ -92,6 +95,7 @@ def create_app(engine: Engine, key: str | None = None) -> ASGIApp:
         finally:
             if inbox is not None:
                 inbox.close()
+                inbox = None
             await engine.stop()
 
     app = FastAPI(title="juggler-engine", lifespan=lifespan)
