@@ -89,6 +89,26 @@ def text_of(n_words: int, rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
+def fresh_prompt(rng: random.Random) -> str:
+    """A prompt no earlier request began with (no cached prefix shortens its prefill)."""
+    return f"Request {rng.random():.6f}. {text_of(20, rng)}"
+
+
+def completion_body(model: str, prompt: str, n_new: int) -> dict[str, Any]:
+    """A `/v1/completions` body as the host benches send it: `n_new` tokens
+    (`ignore_eos`), T=0.8 with llama.cpp's default top_k 40, top_p 0.95, min_p 0.05."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": n_new,
+        "ignore_eos": True,
+        "temperature": 0.8,
+        "top_k": 40,
+        "top_p": 0.95,
+        "min_p": 0.05,
+    }
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -267,23 +287,11 @@ def settle() -> None:
 def concurrent_tps(
     server: Server, conc: int, n_new: int, rng: random.Random, model_field: str
 ) -> float:
-    prompts = [f"Request {rng.random():.6f}. {text_of(20, rng)}" for _ in range(conc)]
+    prompts = [fresh_prompt(rng) for _ in range(conc)]
 
     def run(p: str) -> int:
         with httpx.Client(timeout=600) as c:
-            r = c.post(
-                server.url + "/v1/completions",
-                json={
-                    "model": model_field,
-                    "prompt": p,
-                    "max_tokens": n_new,
-                    "ignore_eos": True,
-                    "temperature": 0.8,
-                    "top_k": 40,
-                    "top_p": 0.95,
-                    "min_p": 0.05,
-                },
-            )
+            r = c.post(server.url + "/v1/completions", json=completion_body(model_field, p, n_new))
             r.raise_for_status()
             return int(r.json()["usage"]["completion_tokens"])
 
@@ -312,7 +320,7 @@ class SerialLlama:
         t0 = time.perf_counter()
         for _ in range(n_req):
             out = self.llm.create_completion(
-                f"Request {rng.random():.6f}. {text_of(20, rng)}",
+                fresh_prompt(rng),
                 max_tokens=n_new,
                 temperature=0.8,
                 top_k=40,

@@ -29,12 +29,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import cpu_seconds, text_of
+from bench_engine import completion_body, cpu_seconds, fresh_prompt
 from bench_host import CTX, PARALLEL, System, start_llama, start_router
 from random_gguf import tiny_host_bound
 
@@ -64,16 +63,7 @@ def one_request(
     client: httpx.Client, model: str, n_new: int, stream: bool, rng: random.Random
 ) -> float:
     """Seconds from sending the request to the answer's last byte."""
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": f"Request {rng.random():.6f}. {text_of(20, rng)}",
-        "max_tokens": n_new,
-        "ignore_eos": True,
-        "temperature": 0.8,
-        "top_k": 40,
-        "top_p": 0.95,
-        "min_p": 0.05,
-    }
+    body = completion_body(model, fresh_prompt(rng), n_new)
     if stream:
         body["stream"] = True
     started = time.perf_counter()

@@ -55,12 +55,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import (
     BIN,
     Server,
+    completion_body,
     cpu_seconds,
     free_port,
+    fresh_prompt,
     settle,
     smol_path,
     start,
-    text_of,
     wait_ready,
 )
 from loadgen import run_burst
@@ -189,17 +190,7 @@ def bodies(
     for _ in range(level):
         mine = []
         for _ in range(per_stream):
-            body: dict[str, Any] = {
-                "model": model_field,
-                "prompt": f"Request {rng.random():.6f}. {text_of(20, rng)}",
-                "max_tokens": n_new,
-                "ignore_eos": True,
-                "temperature": 0.8,
-                "top_k": 40,
-                "top_p": 0.95,
-                "min_p": 0.05,
-                **(sampling or {}),
-            }
+            body = completion_body(model_field, fresh_prompt(rng), n_new) | (sampling or {})
             if stream:
                 body["stream"] = True
                 body["stream_options"] = {"include_usage": True}

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from bench_engine import Server, free_port, smol_path, start, text_of, wait_ready
+from bench_engine import Server, free_port, fresh_prompt, smol_path, start, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -71,7 +71,7 @@ def burst(
         name = adapters[i % len(adapters)]
         body: dict[str, object] = {
             "model": "smol",
-            "prompt": f"Request {rng.random():.6f}. {text_of(20, rng)}",
+            "prompt": fresh_prompt(rng),
             "max_tokens": n_new,
             "ignore_eos": True,
             "temperature": 0.8,
