@@ -19,3 +19,9 @@ MAX_MESSAGE = 1024
 def chunk(data: bytes) -> bytes:
     """`data` (not empty) as one chunk of a chunked HTTP/1.1 body."""
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def address(name: str) -> str:
+    """The socket address of an inbox `name` as the backend's head gives it ("@name"):
+    Linux's abstract namespace, a leading NUL."""
+    return "\0" + name.removeprefix("@")

@@ -12,6 +12,9 @@ from juggler.errors import JugglerError, render
 
 #: OpenAI's end-of-stream marker.
 DONE = b"data: [DONE]\n\n"
+#: The heartbeat comment a silent stream gets (`router.core.heartbeat`, and a backend
+#: writing a handed-over stream, `engine.http.handoff`).
+PING = b": ping\n\n"
 #: What `read_data` yields for the router's heartbeat comment (`: ping`), for a dialect
 #: that has a word of its own for it (`router.core.heartbeat`).
 PING_EVENT: dict[str, Any] = {"object": "juggler.ping"}

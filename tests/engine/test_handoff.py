@@ -10,13 +10,14 @@ import array
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, LOST, chunk
+from juggler.api import sse
+from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, LOST, address, chunk
 from juggler.engine.http import handoff
 from juggler.engine.http.streaming import EventStream
 from juggler.engine.schedule.stream import StreamSink
@@ -24,7 +25,7 @@ from juggler.engine.schedule.stream import StreamSink
 
 def send(path: str, text: str, fd: int | None = None) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-        s.connect("\0" + path.removeprefix("@"))
+        s.connect(address(path))
         fds = [fd] if fd is not None else []
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         s.sendmsg([text.encode()], rights)
@@ -73,36 +74,46 @@ def test_the_inbox_hands_a_descriptor_to_the_stream_that_waits_for_it() -> None:
     asyncio.run(main())
 
 
-def test_the_writer_frames_each_event_as_a_chunk_and_pings_when_silent() -> None:
+def written(
+    frames_for: Callable[[asyncio.Future[str]], AsyncIterator[bytes]],
+    ping: float = 0.0,
+    *,
+    client_left: bool = False,
+) -> tuple[bytes, bytes]:
+    """The writer's word, and what the client's end of a socket pair received, for the
+    events `frames_for(cut)` gives (they may set the cut)."""
+
     async def main() -> tuple[bytes, bytes]:
         ours, client = socket.socketpair()
         ours.setblocking(False)
+        if client_left:
+            client.close()
         cut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        frames = frames_of(b"data: one\n\n", b"data: two\n\n", pause_s=0.5)
-        word = await handoff._write(ours, frames, cut, ping=0.1)
+        word = await handoff._write(ours, frames_for(cut), cut, ping=ping)
         ours.close()
-        return word, read_all(client)
+        return word, b"" if client_left else read_all(client)
 
-    word, got = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_the_writer_frames_each_event_as_a_chunk_and_pings_when_silent() -> None:
+    word, got = written(
+        lambda cut: frames_of(b"data: one\n\n", b"data: two\n\n", pause_s=0.5), ping=0.1
+    )
     assert word == DONE
-    assert got.startswith(chunk(b"data: one\n\n") + chunk(handoff.PING))
+    assert got.startswith(chunk(b"data: one\n\n") + chunk(sse.PING))
     assert got.endswith(chunk(b"data: two\n\n"))
     assert b"0\r\n\r\n" not in got  # the router writes the body's end
 
 
 def test_a_cut_ends_the_stream_with_an_error_event() -> None:
-    async def main() -> tuple[bytes, bytes]:
-        ours, client = socket.socketpair()
-        ours.setblocking(False)
-        loop = asyncio.get_running_loop()
-        cut: asyncio.Future[str] = loop.create_future()
-        loop.call_later(0.2, cut.set_result, "the server is shutting down")
-        frames = frames_of(b"data: one\n\n", b"data: never\n\n", pause_s=30)
-        word = await handoff._write(ours, frames, cut, ping=0.0)
-        ours.close()
-        return word, read_all(client)
+    async def one_then_cut(cut: asyncio.Future[str]) -> AsyncIterator[bytes]:
+        yield b"data: one\n\n"  # written before the next event is asked for
+        cut.set_result("the server is shutting down")
+        await asyncio.Event().wait()  # no more events: the cut ends the stream
+        yield b"data: never\n\n"
 
-    word, got = asyncio.run(main())
+    word, got = written(one_then_cut)
     assert word == CUT
     assert got.startswith(chunk(b"data: one\n\n"))
     assert b"never" not in got
@@ -110,16 +121,8 @@ def test_a_cut_ends_the_stream_with_an_error_event() -> None:
 
 
 def test_a_client_that_left_ends_the_writing() -> None:
-    async def main() -> bytes:
-        ours, client = socket.socketpair()
-        ours.setblocking(False)
-        client.close()
-        cut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        word = await handoff._write(ours, frames_of(b"data: x\n\n"), cut, ping=0.0)
-        ours.close()
-        return word
-
-    assert asyncio.run(main()) == GONE
+    word, _ = written(lambda cut: frames_of(b"data: x\n\n"), client_left=True)
+    assert word == GONE
 
 
 def request_with(headers: dict[str, str]) -> Request:
@@ -168,7 +171,7 @@ def test_the_inbox_refuses_another_users_process(monkeypatch: pytest.MonkeyPatch
         try:
             waiting = inbox.expect("t1")
             with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-                s.connect("\0" + inbox.path.removeprefix("@"))
+                s.connect(address(inbox.path))
                 s.setblocking(False)
                 got = asyncio.get_running_loop().sock_recv(s, 16)
                 assert await asyncio.wait_for(got, 10) == b""  # the inbox closed it

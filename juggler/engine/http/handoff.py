@@ -36,7 +36,7 @@ from typing import Any
 from starlette.requests import Request
 
 from juggler.api import sse
-from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, LOST, MAX_MESSAGE, chunk
+from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, LOST, MAX_MESSAGE, address, chunk
 from juggler.api.streams import ClosingStreamingResponse, close_body, stop
 from juggler.engine.http.streaming import EventStream, cancel_all
 from juggler.engine.schedule.stream import StreamSink
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 #: How long the backend waits for the descriptor after its head (the router sends it
 #: as soon as it has written the client's head).
 FD_WAIT_S = 10.0
-PING = b": ping\n\n"
 
 
 class _Handoff:
@@ -71,7 +70,7 @@ class Inbox:
         self.path = "@" + name
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.sock.bind("\0" + name)
+            self.sock.bind(address(self.path))
             self.sock.listen(8)
         except OSError:
             self.sock.close()
@@ -261,7 +260,7 @@ async def _write(
                 await writer.write(sse.error(Overloaded(cut.result())))
                 return CUT
             if ping and writer.loop.time() - writer.last >= ping:
-                await writer.write(PING)
+                await writer.write(sse.PING)
     except OSError:  # the client's connection broke: it left
         return GONE
     finally:

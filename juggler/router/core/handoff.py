@@ -34,7 +34,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from juggler.api import sse
-from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER
+from juggler.api.handoff import ACCEPT, CUT, DONE, GONE, HEADER, address
 from juggler.api.streams import stop
 from juggler.errors import BackendDead, JugglerError
 from juggler.manager.lease import Lease
@@ -108,7 +108,7 @@ class Sender:
     def _connect(self, path: str) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            sock.connect("\0" + path[1:])  # "@name": Linux's abstract namespace
+            sock.connect(address(path))
         except OSError:
             sock.close()
             raise

@@ -22,8 +22,10 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from juggler.api import sse
+
 #: An SSE comment: clients skip it, proxies and read timeouts see bytes.
-PING = b": ping\n\n"
+PING = sse.PING
 
 
 class Heartbeat:
