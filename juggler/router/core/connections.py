@@ -95,8 +95,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm_header_timer()
         # The connection, for a stream the backend writes into it (`handoff`).
-        extensions: dict[str, Any] = {**self.scope.get("extensions", {}), TRANSPORT: self.transport}
-        self.scope["extensions"] = extensions  # type: ignore[typeddict-item]
+        self.scope.setdefault("extensions", {})[TRANSPORT] = self.transport  # type: ignore[assignment]
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
